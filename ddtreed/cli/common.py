@@ -1,0 +1,70 @@
+"""Helpers every command shares: --state-dir, --json, --config, one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+DEFAULT_STATE_DIR = os.environ.get("DDTREED_STATE_DIR", "/var/lib/ddtreed")
+
+
+class CliError(Exception):
+    """Printed as one line `ddtreed: error: …` with a non-zero exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def add_state_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir", metavar="DIR", default=None,
+        help=f"state directory holding incidents.sqlite3 (default: the config's paths.state_dir, "
+             f"else $DDTREED_STATE_DIR, else {DEFAULT_STATE_DIR})",
+    )
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="machine-readable JSON output")
+
+
+def add_config(parser: argparse.ArgumentParser, required: bool = False) -> None:
+    parser.add_argument("--config", metavar="FILE", required=required,
+                        help="ddtreed TOML config (see examples/founding-ddtree-tp8.toml)")
+
+
+def load_config(path: str | None):
+    """The config at `path`, or None; a bad config is a CliError with exit code 2."""
+    if path is None:
+        return None
+    from ..config import ConfigError, load
+
+    try:
+        return load(path)
+    except ConfigError as error:
+        raise CliError(str(error), exit_code=2) from None
+
+
+def state_dir(args: argparse.Namespace, config: Any = None) -> str:
+    if getattr(args, "state_dir", None):
+        return args.state_dir
+    if config is not None:
+        return config.paths.state_dir
+    return DEFAULT_STATE_DIR
+
+
+def print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=None, sort_keys=False, default=str)
+    sys.stdout.write("\n")
+
+
+def table(rows: list[list[str]], headers: list[str]) -> str:
+    """A plain fixed-width table (no colour: output is often piped or logged)."""
+    cells = [headers] + [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,188 @@
+"""The seam between the daemon and the machine the service runs on.
+
+Every OS edge that touches the service's host (spawn, signal, files outside the state dir,
+probing commands) goes through a `Host`. `LocalHost` is this machine; the fleet layer provides
+an SSH-backed host with the same methods, so the daemon has one code path for both.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from .records import ExitStatus
+
+
+def decode_wait_status(returncode: int) -> ExitStatus:
+    """subprocess' returncode (negative = signal) as an ExitStatus."""
+    if returncode < 0:
+        return ExitStatus(code=None, signal=-returncode)
+    return ExitStatus(code=returncode, signal=None)
+
+
+class Process(Protocol):
+    pid: int
+
+    def poll(self) -> ExitStatus | None: ...
+
+    def signal_group(self, signum: int) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> ExitStatus | None: ...
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Host(Protocol):
+    name: str
+
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str | None,
+              stdout_path: str, stderr_path: str) -> Process: ...
+
+    def run(self, argv: list[str], timeout: float) -> CommandResult: ...
+
+    def read_bytes(self, path: str) -> bytes: ...
+
+    def write_atomic(self, path: str, data: bytes, mode: int | None = None) -> None: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def realpath(self, path: str) -> str: ...
+
+    def remove(self, path: str) -> None: ...
+
+    def makedirs(self, path: str, mode: int = 0o755) -> None: ...
+
+    def port_in_use(self, address: str, port: int) -> bool: ...
+
+
+class LocalProcess:
+    """A child started in its own session, so the whole service tree is one process group."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]):
+        self._popen = popen
+        self.pid = popen.pid
+
+    def poll(self) -> ExitStatus | None:
+        code = self._popen.poll()
+        return None if code is None else decode_wait_status(code)
+
+    def signal_group(self, signum: int) -> bool:
+        """Signal the process group; False when it is already gone."""
+        try:
+            os.killpg(self.pid, signum)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return False
+
+    def wait(self, timeout: float | None = None) -> ExitStatus | None:
+        try:
+            return decode_wait_status(self._popen.wait(timeout))
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class LocalHost:
+    name = "localhost"
+
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str | None,
+              stdout_path: str, stderr_path: str) -> LocalProcess:
+        with open(stdout_path, "ab", buffering=0) as out, open(stderr_path, "ab", buffering=0) as err:
+            popen = subprocess.Popen(
+                argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                start_new_session=True, close_fds=True,
+            )
+        return LocalProcess(popen)
+
+    def run(self, argv: list[str], timeout: float) -> CommandResult:
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=timeout, text=True,
+                                  stdin=subprocess.DEVNULL, errors="replace")
+        except FileNotFoundError as error:
+            return CommandResult(127, "", f"{argv[0]}: {error.strerror}")
+        except subprocess.TimeoutExpired:
+            return CommandResult(124, "", f"{argv[0]}: timed out after {timeout:.0f}s")
+        return CommandResult(done.returncode, done.stdout, done.stderr)
+
+    def read_bytes(self, path: str) -> bytes:
+        return Path(path).read_bytes()
+
+    def write_atomic(self, path: str, data: bytes, mode: int | None = None) -> None:
+        write_atomic(path, data, mode)
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(path)
+
+    def realpath(self, path: str) -> str:
+        return os.path.realpath(path)
+
+    def remove(self, path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def makedirs(self, path: str, mode: int = 0o755) -> None:
+        os.makedirs(path, mode=mode, exist_ok=True)
+
+    def port_in_use(self, address: str, port: int) -> bool:
+        return port_in_use(address, port)
+
+
+def write_atomic(path: str, data: bytes, mode: int | None = None) -> None:
+    """Temp file in the same directory, fsync, rename, fsync the directory: old or new, never half."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if mode is None:
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o644
+    fd, temp = tempfile.mkstemp(prefix=".ddtreed-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def port_in_use(address: str, port: int) -> bool:
+    """True when something accepts or holds the TCP port (bind test, then connect test)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("0.0.0.0" if address in ("", "0.0.0.0") else address, port))
+        except OSError as error:
+            if error.errno in (errno.EADDRINUSE, errno.EACCES):
+                return True
+            raise
+    return False
