@@ -66,6 +66,31 @@ class Host(Protocol):
 
     def port_in_use(self, address: str, port: int) -> bool: ...
 
+    def sweep_session(self, session_id: int, name_patterns: tuple[str, ...]) -> list[int]:
+        """SIGKILL what survives of a service tree: processes in its session, or named like its
+        children (e.g. `sglang::scheduler*`) and descended from it; return the pids killed."""
+        ...
+
+    def gpu_holders(self, pids: list[int] | None = None) -> list[int]:
+        """Pids holding a GPU (NVML), limited to `pids` when given; [] where NVML is absent."""
+        ...
+
+    def open_follower(self, paths: list[str]) -> "FollowerLike":
+        """Follow these log files on this host (local: watchdog; SSH: a tail channel)."""
+        ...
+
+    def http_base_url(self, address: str, port: int) -> str:
+        """A URL this process can reach the service at (SSH: through a tunnel)."""
+        ...
+
+
+class FollowerLike(Protocol):
+    def read(self) -> list: ...  # list[LogChunk]
+
+    def wait(self, timeout: float) -> bool: ...
+
+    def close(self) -> None: ...
+
 
 class LocalProcess:
     """A child started in its own session, so the whole service tree is one process group."""
