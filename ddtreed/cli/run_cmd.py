@@ -1,5 +1,118 @@
-"""Command group placeholder: its owner replaces this module with real commands."""
+"""`ddtreed run` (the daemon) and `ddtreed demo` (the whole loop against the demo service)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .common import CliError, add_config, add_json, add_state_dir, load_config, print_json
 
 
 def register(commands) -> None:
-    return None
+    run = commands.add_parser(
+        "run", help="supervise the service named in a config (the daemon)",
+        description="Launch the service from the config, follow its logs, diagnose crashes, apply "
+                    "fixes under the configured policy, restart and verify. Runs until SIGTERM. "
+                    "SIGHUP reloads config, rules and remediations; SIGUSR1 logs the current state.",
+    )
+    add_config(run, required=True)
+    add_state_dir(run)
+    run.add_argument("--log-format", choices=("json", "console"), default=None,
+                     help="structured log format (default: console on a terminal, JSON otherwise)")
+    run.set_defaults(handler=_run)
+
+    demo = commands.add_parser(
+        "demo", help="run the whole loop against the bundled demo service (about a minute)",
+        description="Installs a small SGLang-like service with the founding bug (DDTree budget 32, "
+                    "verify graph captured 8 wide), supervises it with the real daemon, and shows "
+                    "crash → diagnosis → patch → restart → healthy → incident recorded. Exits 0 "
+                    "only if the loop closed.",
+    )
+    add_state_dir(demo)
+    add_json(demo)
+    demo.add_argument("--preflight", action="store_true",
+                      help="show the prevented path: preflight patches before the first launch")
+    demo.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                      help="where the demo's verify step runs (cuda: a real CUDA graph)")
+    demo.add_argument("--fault", choices=("none", "device-assert", "oom-at-capture"), default="none",
+                      help="inject another failure instead of the founding width bug (GPU proofs)")
+    demo.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                      help="give up after this long (default 300)")
+    demo.set_defaults(handler=_demo)
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    if args.state_dir:
+        config = config.with_state_dir(args.state_dir)
+    from ..logsetup import configure
+
+    configure(json_output=None if args.log_format is None else args.log_format == "json")
+    from ..daemon import Daemon
+
+    daemon = _daemon(config)
+    daemon.install_signal_handlers()
+    pid_file = Path(config.paths.state_dir) / "ddtreed.pid"
+    pid_file.write_text(f"{os.getpid()}\n")
+    try:
+        return daemon.run()
+    finally:
+        pid_file.unlink(missing_ok=True)
+
+
+def _daemon(config, **options):
+    from ..daemon import Daemon
+    from ..incidents import StoreError
+
+    try:
+        return Daemon(config, **options)
+    except (ValueError, StoreError, OSError) as error:  # rule/remediation files, state dir
+        raise CliError(str(error), exit_code=2) from None
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .. import demo
+    from ..logsetup import configure
+
+    demo_dir = Path(args.state_dir or tempfile.mkdtemp(prefix="ddtreed-demo-"))
+    config_path = demo.prepare(demo_dir, device=args.device, fault=None if args.fault == "none" else args.fault)
+    config = load_config(str(config_path))
+    # The crash path is the point of the plain demo; --preflight shows the prevented path.
+    config = replace(config, preflight=replace(config.preflight, enabled=args.preflight))
+    configure(json_output=False, stream=sys.stderr)
+    _say(args, f"demo: state and logs in {demo_dir}; config {config_path}")
+    _say(args, "demo: launching the demo DDTree service (block 8, budget 32) under ddtreed …")
+    daemon = _daemon(config, stop_after_incident=not args.preflight, stop_when_healthy=args.preflight,
+                     exit_on_give_up=True, deadline=time.monotonic() + args.timeout)
+    daemon.install_signal_handlers()
+    daemon.run()
+    return _report(args, daemon, config)
+
+
+def _report(args: argparse.Namespace, daemon, config) -> int:
+    from .incidents_cmd import render_incident
+
+    store = daemon.store
+    incidents = store.list_incidents(limit=10)
+    wanted = "prevented" if args.preflight else "resolved"
+    closed = any(incident["status"] == wanted for incident in incidents)
+    if args.json:
+        print_json({"ok": closed, "state_dir": config.paths.state_dir,
+                    "incidents": [store.get(incident["id"]) for incident in incidents]})
+    else:
+        for incident in reversed(incidents):
+            print(render_incident(store.get(incident["id"])))
+            print()
+        verdict = "the loop closed" if closed else f"the loop did NOT close (no {wanted} incident)"
+        print(f"demo: {verdict}. Review with: ddtreed incidents --state-dir {config.paths.state_dir}")
+    return 0 if closed else 1
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    if not args.json:
+        print(text, file=sys.stderr, flush=True)
