@@ -1,0 +1,10 @@
+"""The incident store (SQLite through sqlite-utils) and how incidents are shown."""
+
+from .connection import DATABASE_NAME, StoreError, database_path
+from .migrations import MIGRATIONS
+from .state import APPLICATION_STATUSES, baseline_key
+from .store import Store
+from .timeline import SOURCES, STEPS
+
+__all__ = ["APPLICATION_STATUSES", "DATABASE_NAME", "MIGRATIONS", "SOURCES", "STEPS", "Store",
+           "StoreError", "baseline_key", "database_path"]

@@ -1,0 +1,81 @@
+"""The connection owner: opening, the one `atomic()` write helper, consistent reads."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import sqlite_utils
+
+from .connection import (DEFAULT_BUSY_TIMEOUT_S, StoreError, connect, prepare_directory,
+                         prepare_file, transaction, translate)
+from .migrations import migrate
+
+
+class StoreBase:
+    """Owns one SQLite connection; every write is one transaction through `atomic()`."""
+
+    def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+                 create: bool = True):
+        self.path = Path(path)
+        self.busy_timeout_s = busy_timeout_s
+        self._lock = threading.RLock()
+        if not create and not self.path.exists():
+            raise StoreError(f"{self.path}: no incident database here (nothing recorded yet)",
+                             "missing")
+        try:
+            if create:
+                prepare_directory(self.path)
+                prepare_file(self.path)
+            self.db: sqlite_utils.Database = connect(self.path, busy_timeout_s)
+            migrate(self.db)
+        except (sqlite3.Error, OSError) as error:
+            raise translate(error, self.path, "open the incident database", busy_timeout_s) from error
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+    def __enter__(self) -> "StoreBase":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[sqlite_utils.Database]:
+        """One write transaction (all or nothing); a nested call joins the outer one."""
+        with self._lock:
+            if self.db.conn.in_transaction:
+                yield self.db
+                return
+            try:
+                with transaction(self.db):
+                    yield self.db
+            except (sqlite3.Error, OSError) as error:
+                raise translate(error, self.path, "write", self.busy_timeout_s) from error
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[sqlite_utils.Database]:
+        """One read snapshot, so an incident and its steps are read as of the same moment."""
+        with self._lock:
+            if self.db.conn.in_transaction:
+                yield self.db
+                return
+            try:
+                with transaction(self.db, immediate=False):
+                    yield self.db
+            except sqlite3.Error as error:
+                raise translate(error, self.path, "read", self.busy_timeout_s) from error
+
+    def _require(self, db: sqlite_utils.Database, what: str, key: object) -> None:
+        """Raise StoreError(reason="missing") when `what` ("incident" | "application") is absent."""
+        table, column = {"incident": ("incidents", "id"),
+                         "application": ("applications", "application_id")}[what]
+        row = db.execute(f"SELECT 1 FROM {table} WHERE {column} = ?", [key]).fetchone()
+        if row is None:
+            raise StoreError(f"{self.path}: no {what} {key}", "missing")

@@ -1,0 +1,85 @@
+"""Records to JSON columns and back, and epoch seconds to ISO-8601 UTC text."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping
+
+from ..records import Crash
+
+# A device-side assert floods thousands of identical lines; the head and tail tell the story.
+EXCERPT_HEAD_LINES = 60
+EXCERPT_TAIL_LINES = 60
+MAX_FRAMES = 80
+
+
+def dumps(value: Any) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(_plain(value), sort_keys=True, default=str)
+
+
+def loads(text: str | None, empty: Any = None) -> Any:
+    if text is None or text == "":
+        return empty
+    return json.loads(text)
+
+
+def _plain(value: Any) -> Any:
+    """Dataclasses, mappings and tuples as JSON-ready dicts and lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def crash_record(crash: Crash) -> dict[str, Any]:
+    """One rank's crash for the `tracebacks` column: the parsed fields and a trimmed excerpt."""
+    return {
+        "kind": crash.kind,
+        "exception": crash.exception,
+        "message": crash.message,
+        "rank": crash.rank,
+        "prefix": crash.prefix,
+        "wrapper": crash.wrapper,
+        "inner_exception": crash.inner_exception,
+        "inner_message": crash.inner_message,
+        "exit_code": crash.exit_code,
+        "frames": [dataclasses.asdict(frame) for frame in crash.frames[-MAX_FRAMES:]],
+        "frames_dropped": max(0, len(crash.frames) - MAX_FRAMES),
+        "chained": [crash_record(cause) for cause in crash.chained],
+        "source": crash.source,
+        "first_line": crash.first_line,
+        "last_line": crash.last_line,
+        "excerpt": trim_lines(crash.excerpt),
+    }
+
+
+def trim_lines(lines: Iterable[str]) -> list[str]:
+    lines = list(lines)
+    if len(lines) <= EXCERPT_HEAD_LINES + EXCERPT_TAIL_LINES + 1:
+        return lines
+    hidden = len(lines) - EXCERPT_HEAD_LINES - EXCERPT_TAIL_LINES
+    return (lines[:EXCERPT_HEAD_LINES] + [f"... {hidden} lines not kept ..."]
+            + lines[-EXCERPT_TAIL_LINES:])
+
+
+def ranks_of(crashes: Iterable[Crash]) -> list[str]:
+    seen: list[str] = []
+    for crash in crashes:
+        if crash.rank and crash.rank not in seen:
+            seen.append(crash.rank)
+    return seen
+
+
+def iso(epoch: float | None) -> str | None:
+    """Epoch seconds as `2025-05-01T12:00:00.123Z`; None stays None."""
+    if epoch is None:
+        return None
+    text = datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")

@@ -1,0 +1,174 @@
+"""Incidents and their steps: open, add steps, finish, list, read back with durations."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Mapping, Sequence
+
+from ..records import INCIDENT_STATUSES, Crash, RuleMatch, ServiceContext, Signature
+from . import encode
+from .base import StoreBase
+
+SOURCES = ("crash", "preflight", "canary")
+# The vocabulary the daemon uses; other lower-case names are accepted for new stages.
+STEPS = ("detected", "diagnosed", "planned", "applied", "restarting", "restarted", "healthy",
+         "verified", "reverted", "escalated", "advised", "prevented", "reconciled", "failed")
+_STEP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+_JSON_COLUMNS = {"params": {}, "ranks": [], "tracebacks": [], "context": {}, "remediations": []}
+SUMMARY_COLUMNS = ("id", "source", "service", "category", "rule_id", "title", "fingerprint",
+                   "exception", "message", "status", "remediation_id", "application_id",
+                   "outcome", "started_at", "resolved_at")
+
+
+class IncidentsMixin(StoreBase):
+    def open_incident(self, source: str, crashes: Sequence[Crash] = (),
+                      signature: Signature | None = None, match: RuleMatch | None = None,
+                      context: ServiceContext | Mapping[str, Any] | None = None,
+                      detected_at: float | None = None, diagnosed_at: float | None = None,
+                      service: str = "", message: str | None = None) -> int:
+        """Record a new incident with its `detected` step (and `diagnosed` when `match` is given)."""
+        if source not in SOURCES:
+            raise ValueError(f"incident source must be one of {', '.join(SOURCES)}, got {source!r}")
+        detected_at = time.time() if detected_at is None else detected_at
+        row = _incident_row(source, tuple(crashes), signature, match, context, message)
+        row.update(service=service, status="open", started_at=detected_at)
+        with self.atomic() as db:
+            incident_id = int(db["incidents"].insert(row).last_pk)
+            summary = f"{row['exception'] or source}: {row['message'] or ''}".strip()
+            self._insert_step(db, incident_id, "detected", summary[:300],
+                              {"ranks": row["ranks"] and encode.loads(row["ranks"])}, detected_at)
+            if match is not None:
+                at = time.time() if diagnosed_at is None else diagnosed_at
+                self._insert_step(db, incident_id, "diagnosed",
+                                  f"{match.category} (rule {match.rule_id})", None, at)
+        return incident_id
+
+    def add_step(self, incident_id: int, step: str, detail: str = "",
+                 data: Mapping[str, Any] | None = None, at: float | None = None) -> None:
+        if not _STEP_NAME.match(step):
+            raise ValueError(f"step name must be lower-case words joined by '-', got {step!r}")
+        with self.atomic() as db:
+            self._require(db, "incident", incident_id)
+            self._insert_step(db, incident_id, step, detail, data, time.time() if at is None else at)
+
+    def set_remediation(self, incident_id: int, remediation_id: str | None,
+                        application_id: str | None = None) -> None:
+        """Name the remediation now being tried (the latest one wins)."""
+        self._update(incident_id, remediation_id=remediation_id, application_id=application_id)
+
+    def finish(self, incident_id: int, status: str, outcome: str = "",
+               at: float | None = None) -> None:
+        """Close the incident: status is one of INCIDENT_STATUSES other than `open`."""
+        if status not in INCIDENT_STATUSES or status == "open":
+            raise ValueError(f"final status must be one of {', '.join(INCIDENT_STATUSES[1:])}, "
+                             f"got {status!r}")
+        self._update(incident_id, status=status, outcome=outcome,
+                     resolved_at=time.time() if at is None else at)
+
+    def list_incidents(self, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
+        """Summaries, newest first (no tracebacks; `duration_s` while closed)."""
+        where, params = ("WHERE status = ?", [status]) if status else ("", [])
+        sql = (f"SELECT {', '.join(SUMMARY_COLUMNS)} FROM incidents {where} "
+               "ORDER BY started_at DESC, id DESC LIMIT ?")
+        with self.reading() as db:
+            return [_with_duration(row) for row in db.query(sql, params + [int(limit)])]
+
+    def find_recent(self, fingerprint: str, since: float | None = None,
+                    limit: int = 10) -> list[dict[str, Any]]:
+        """Incidents with this signature, newest first (optionally only those started `since`)."""
+        sql = (f"SELECT {', '.join(SUMMARY_COLUMNS)} FROM incidents WHERE fingerprint = ? "
+               "AND started_at >= ? ORDER BY started_at DESC, id DESC LIMIT ?")
+        with self.reading() as db:
+            rows = db.query(sql, [fingerprint, -1.0 if since is None else since, int(limit)])
+            return [_with_duration(row) for row in rows]
+
+    def get(self, incident_id: int) -> dict[str, Any]:
+        """The whole incident: JSON columns decoded, steps, applications, durations."""
+        with self.reading() as db:
+            self._require(db, "incident", incident_id)
+            row = dict(db["incidents"].get(incident_id))
+            steps = list(db.query("SELECT step, detail, data, at FROM steps WHERE incident_id = ? "
+                                  "ORDER BY at, id", [incident_id]))
+            applications = list(db.query("SELECT * FROM applications WHERE incident_id = ? "
+                                         "ORDER BY applied_at", [incident_id]))
+            frozen = db.execute("SELECT 1 FROM frozen_signatures WHERE fingerprint = ?",
+                                [row["fingerprint"]]).fetchone() is not None
+        for column, empty in _JSON_COLUMNS.items():
+            row[column] = encode.loads(row[column], empty)
+        for step in steps:
+            step["data"] = encode.loads(step["data"])
+            step["since_detection_s"] = round(step["at"] - row["started_at"], 6)
+        row.update(steps=steps, applications=[_application(a) for a in applications],
+                   frozen=frozen, durations=durations(row, steps))
+        return _with_duration(row)
+
+    def _update(self, incident_id: int, **values: Any) -> None:
+        with self.atomic() as db:
+            self._require(db, "incident", incident_id)
+            db["incidents"].update(incident_id, values)
+
+    @staticmethod
+    def _insert_step(db, incident_id: int, step: str, detail: str,
+                     data: Mapping[str, Any] | None, at: float) -> None:
+        db["steps"].insert({"incident_id": incident_id, "step": step, "detail": detail,
+                            "data": encode.dumps(data), "at": at})
+
+
+def _incident_row(source: str, crashes: tuple[Crash, ...], signature: Signature | None,
+                  match: RuleMatch | None, context: Any, message: str | None) -> dict[str, Any]:
+    first = crashes[0] if crashes else None
+    params = dict(signature.params) if signature else {}
+    params.update(match.params if match else {})
+    return {
+        "source": source,
+        "category": match.category if match else "unknown",
+        "rule_id": match.rule_id if match else None,
+        "title": match.title if match else None,
+        "diagnosis": match.diagnosis if match else None,
+        "advice": match.advice if match else None,
+        "remediations": encode.dumps(list(match.remediations) if match else []),
+        "fingerprint": signature.fingerprint if signature else None,
+        "normalized_message": signature.normalized_message if signature else None,
+        "exception": (signature.exception if signature else None) or (first.exception if first else None),
+        "message": message if message is not None else (first.message if first else None),
+        "params": encode.dumps(params),
+        "ranks": encode.dumps(encode.ranks_of(crashes)),
+        "tracebacks": encode.dumps([encode.crash_record(crash) for crash in crashes]),
+        "context": encode.dumps(context if context is not None else {}),
+    }
+
+
+def durations(incident: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """detected→diagnosed, diagnosed→applied (first try), restart→healthy (the last try), total."""
+    def first(name: str) -> float | None:
+        return next((s["at"] for s in steps if s["step"] == name), None)
+
+    def span(start: float | None, end: float | None) -> float | None:
+        return None if start is None or end is None else round(end - start, 6)
+
+    healthy = [s["at"] for s in steps if s["step"] == "healthy"]
+    restart = None
+    if healthy:
+        restarts = [s["at"] for s in steps if s["step"] == "restarting" and s["at"] <= healthy[-1]]
+        restart = restarts[-1] if restarts else None
+    return {
+        "detect_to_diagnose_s": span(first("detected"), first("diagnosed")),
+        "diagnose_to_apply_s": span(first("diagnosed"), first("applied")),
+        "restart_to_healthy_s": span(restart, healthy[-1] if healthy else None),
+        "total_s": span(incident["started_at"], incident["resolved_at"]),
+    }
+
+
+def _with_duration(row: Mapping[str, Any]) -> dict[str, Any]:
+    row = dict(row)
+    end = row.get("resolved_at")
+    row["duration_s"] = None if end is None else round(end - row["started_at"], 6)
+    return row
+
+
+def _application(row: Mapping[str, Any]) -> dict[str, Any]:
+    row = dict(row)
+    row["files"] = encode.loads(row["files"], [])
+    row["launch"] = encode.loads(row["launch"])
+    return row
