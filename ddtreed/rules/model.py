@@ -1,0 +1,274 @@
+"""A compiled rule and how it tests one crash: parsed fields first, then the `when` predicate."""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..records import Crash, Explanation, RuleMatch, ServiceContext
+from .expression import UNKNOWN, Expression
+
+CONTEXT_NAMES = frozenset(ServiceContext().variables())
+
+
+def short_exception(name: str | None) -> str | None:
+    """`torch.AcceleratorError` → `AcceleratorError`, `c10::DistBackendError` → `DistBackendError`."""
+    if not name:
+        return None
+    return re.split(r"\.|::", name)[-1]
+
+
+@dataclass(frozen=True)
+class ErrorText:
+    """One exception in a crash's chain: the inner error of a wrapper, the final one, or a cause."""
+
+    exception: str | None
+    short: str | None
+    message: str
+    role: str  # "inner", "final", "cause"
+
+
+@dataclass(frozen=True)
+class CrashView:
+    """The fields of a crash that rules look at, computed once per crash."""
+
+    crash: Crash
+    errors: tuple[ErrorText, ...]
+    frames: tuple[str, ...]  # "module:function" over the crash and its causes
+
+    @classmethod
+    def of(cls, crash: Crash) -> "CrashView":
+        errors: list[ErrorText] = []
+        frames: list[str] = []
+        _collect(crash, "final", errors, frames)
+        return cls(crash=crash, errors=tuple(errors), frames=tuple(frames))
+
+    @property
+    def exception_keys(self) -> set[str | None]:
+        return {error.short for error in self.errors}
+
+
+def _collect(crash: Crash, role: str, errors: list[ErrorText], frames: list[str]) -> None:
+    if crash.inner_message or crash.inner_exception:
+        errors.append(ErrorText(crash.inner_exception, short_exception(crash.inner_exception),
+                                crash.inner_message or "", "inner"))
+    errors.append(ErrorText(crash.exception, short_exception(crash.exception), crash.message, role))
+    frames.extend(f"{frame.module}:{frame.function}" for frame in crash.frames)
+    for cause in crash.chained:
+        _collect(cause, "cause", errors, frames)
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """The `[rule.match]` table, compiled. Every present condition must hold."""
+
+    kinds: tuple[str, ...] = ()
+    exceptions: tuple[str, ...] = ()  # short names
+    message: re.Pattern[str] | None = None  # same error as `exceptions`, searched
+    wrapper: re.Pattern[str] | None = None
+    inner_exceptions: tuple[str, ...] = ()
+    inner_message: re.Pattern[str] | None = None
+    prefix: re.Pattern[str] | None = None
+    frames: tuple[re.Pattern[str], ...] = ()  # each must match some frame
+    frames_absent: tuple[re.Pattern[str], ...] = ()  # none may match any frame
+    exit_codes: tuple[int, ...] = ()
+    signals: tuple[int, ...] = ()
+
+    @property
+    def weight(self) -> int:
+        """How many conditions: the more specific rule wins a priority tie."""
+        counted = (self.kinds, self.exceptions, self.message, self.wrapper, self.inner_exceptions,
+                   self.inner_message, self.prefix, self.exit_codes, self.signals)
+        return sum(1 for value in counted if value) + len(self.frames) + len(self.frames_absent)
+
+    def test(self, view: CrashView) -> tuple[bool, list[str], dict[str, Any]]:
+        """(held, reasons, params captured by named groups)."""
+        reasons: list[str] = []
+        params: dict[str, Any] = {}
+        crash = view.crash
+        for check in (self._kind, self._error, self._wrapper, self._inner, self._prefix,
+                      self._frames, self._exit):
+            held, reason = check(crash, view, params)
+            reasons.append(reason)
+            if not held:
+                return False, [r for r in reasons if r], params
+        return True, [r for r in reasons if r], params
+
+    def _kind(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
+        if not self.kinds:
+            return True, ""
+        held = crash.kind in self.kinds
+        return held, f"kind {crash.kind!r} {'in' if held else 'not in'} {list(self.kinds)}"
+
+    def _error(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
+        if not self.exceptions and self.message is None:
+            return True, ""
+        for error in view.errors:
+            if self.exceptions and error.short not in self.exceptions:
+                continue
+            found = self.message.search(error.message) if self.message else None
+            if self.message is not None and not found:
+                continue
+            if found:
+                params.update(_groups(found))
+            return True, f"{error.role} error {error.exception or '(none)'} matches" + (
+                f" /{self.message.pattern}/" if self.message else "")
+        names = [e.exception or "(none)" for e in view.errors]
+        wanted = f"exception in {list(self.exceptions)}" if self.exceptions else ""
+        if self.message is not None:
+            wanted = (wanted + " with " if wanted else "") + f"message /{self.message.pattern}/"
+        return False, f"no error in the chain {names} has {wanted}"
+
+    def _wrapper(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
+        if self.wrapper is None:
+            return True, ""
+        found = self.wrapper.search(crash.wrapper or "")
+        if found:
+            params.update(_groups(found))
+            return True, f"wrapper {crash.wrapper!r} matches"
+        return False, f"wrapper {crash.wrapper!r} does not match /{self.wrapper.pattern}/"
+
+    def _inner(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
+        if not self.inner_exceptions and self.inner_message is None:
+            return True, ""
+        if self.inner_exceptions and short_exception(crash.inner_exception) not in self.inner_exceptions:
+            return False, f"inner exception {crash.inner_exception!r} not in {list(self.inner_exceptions)}"
+        if self.inner_message is not None:
+            found = self.inner_message.search(crash.inner_message or "")
+            if not found:
+                return False, f"inner message does not match /{self.inner_message.pattern}/"
+            params.update(_groups(found))
+        return True, "inner error matches"
+
+    def _prefix(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
+        if self.prefix is None:
+            return True, ""
+        held = bool(self.prefix.search(crash.prefix or ""))
+        return held, f"prefix {crash.prefix!r} {'matches' if held else 'does not match'}"
+
+    def _frames(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
+        for pattern in self.frames:
+            if not any(pattern.search(frame) for frame in view.frames):
+                return False, f"no frame matches /{pattern.pattern}/"
+        for pattern in self.frames_absent:
+            hit = next((frame for frame in view.frames if pattern.search(frame)), None)
+            if hit:
+                return False, f"frame {hit} matches excluded /{pattern.pattern}/"
+        if self.frames or self.frames_absent:
+            return True, "frame patterns hold"
+        return True, ""
+
+    def _exit(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
+        if not self.exit_codes and not self.signals:
+            return True, ""
+        code = crash.exit_code
+        signal = -code if code is not None and code < 0 else (
+            code - 128 if code is not None and code > 128 else None)
+        held = (code in self.exit_codes) or (signal is not None and signal in self.signals)
+        return held, f"exit code {code} {'matches' if held else 'does not match'}"
+
+
+def _groups(found: re.Match[str]) -> dict[str, Any]:
+    return {name: _number(value) for name, value in found.groupdict().items() if value is not None}
+
+
+def _number(text: str) -> Any:
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if re.fullmatch(r"-?\d+\.\d*", text):
+        return float(text)
+    return text
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One `[[rule]]`: what to recognise, what it means, what to do."""
+
+    id: str
+    category: str
+    title: str
+    meaning: str
+    conditions: Conditions
+    diagnosis: str
+    remediations: tuple[str, ...] = ()
+    when: Expression | None = None
+    precise: bool = False
+    advice: str = ""
+    sglang_versions: str = ""
+    references: tuple[str, ...] = ()
+    priority: int = 0
+    source: str = ""
+    line: int = 0
+
+    def evaluate(self, view: CrashView, params: Mapping[str, Any],
+                 context: ServiceContext | None) -> tuple[RuleMatch | None, Explanation]:
+        held, reasons, captured = self.conditions.test(view)
+        if not held:
+            return None, Explanation(self.id, False, tuple(reasons))
+        values = {**params, **captured}
+        names = {**(context.variables() if context else {}), **values}
+        precise = False
+        if self.when is not None:
+            verdict = self.when.evaluate(names)
+            shown = ", ".join(f"{n}={names.get(n, 'unknown')!r}" for n in sorted(self.when.names))
+            if verdict is False:
+                return None, Explanation(self.id, False, (*reasons, f"when `{self.when.source}` is false ({shown})"))
+            if verdict is UNKNOWN and self.precise:
+                return None, Explanation(self.id, False, (*reasons, f"when `{self.when.source}` is unknown ({shown}): needs the launch context"))
+            precise = verdict is True
+            reasons.append(f"when `{self.when.source}` is {'true' if precise else 'unknown'} ({shown})")
+        match = RuleMatch(
+            rule_id=self.id, category=self.category, title=self.title,
+            diagnosis=render(self.diagnosis, names), remediations=self.remediations,
+            params=values, advice=render(self.advice, names), references=self.references,
+            precise=precise,
+        )
+        return match, Explanation(self.id, True, tuple(reasons))
+
+
+class _Template(string.Formatter):
+    def get_value(self, key: Any, args: Any, kwargs: Mapping[str, Any]) -> Any:
+        value = kwargs.get(key) if isinstance(key, str) else None
+        return "unknown" if value is None else value
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        try:
+            return format(value, format_spec)
+        except (TypeError, ValueError):
+            return str(value)
+
+
+_FORMATTER = _Template()
+
+
+def render(template: str, names: Mapping[str, Any]) -> str:
+    """Fill `{name}` fields; a name without a value reads `unknown`."""
+    return _FORMATTER.vformat(template, (), names) if template else ""
+
+
+def template_fields(template: str) -> list[str]:
+    """The field names of a template; raises ValueError on bad braces."""
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+
+
+@dataclass
+class RuleIndex:
+    """Rules bucketed by exception short name, so a crash only meets its candidates."""
+
+    by_exception: dict[str | None, list[Rule]] = field(default_factory=dict)
+    any_exception: list[Rule] = field(default_factory=list)
+
+    def add(self, rule: Rule) -> None:
+        if rule.conditions.exceptions:
+            for name in rule.conditions.exceptions:
+                self.by_exception.setdefault(name, []).append(rule)
+        else:
+            self.any_exception.append(rule)
+
+    def candidates(self, view: CrashView) -> set[str]:
+        ids = {rule.id for rule in self.any_exception}
+        for key in view.exception_keys:
+            ids.update(rule.id for rule in self.by_exception.get(key, ()))
+        return ids
