@@ -100,6 +100,7 @@ class LogChunk:
     first_number: int  # line number of lines[0]
     lines: tuple[str, ...]  # decoded, without newlines, each capped in length
     received_at: float
+    text: str | None = None  # "\n".join(lines) when the producer had it: spares consumers a join
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,8 @@ class Crash:
     last_line: int = 0
     detected_at: float = 0.0
     excerpt: tuple[str, ...] = ()  # the raw lines, capped
+    context: tuple[str, ...] = ()  # lines that explain it: warnings before it, SIGQUIT, assert samples
+    device_asserts: int = 0  # per-thread device-side assertion lines seen with it (samples in context)
 
 
 @dataclass(frozen=True)

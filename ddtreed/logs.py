@@ -1,0 +1,338 @@
+"""Follow service log files like `tail -F`, handing out batches of complete decoded lines.
+
+Survives rotation by rename, copytruncate, deleted/recreated files and directories, partial and
+overlong lines and binary garbage. Reads big blocks and splits them with C-level `split`, so the
+hot path does no per-line Python work.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import structlog
+from watchdog.events import FileSystemEventHandler
+from watchdog.observers import Observer
+
+from .records import LogChunk
+
+log = structlog.get_logger(__name__)
+
+BLOCK_BYTES = 64 * 1024  # one read; a LogChunk holds the complete lines of one block
+HEAD_BYTES = 64  # first bytes remembered to notice a file truncated and rewritten past our offset
+TRUNCATION_MARKER = " [ddtreed: line truncated at {limit} bytes]"
+
+
+@dataclass
+class _Source:
+    """Where we are in one followed path."""
+
+    path: str
+    fd: int | None = None
+    identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the open file
+    offset: int = 0
+    partial: bytes = b""  # the unfinished last line, at most max_line_bytes
+    discarding: bool = False  # inside an overlong line already emitted truncated
+    next_number: int = 1
+    head: bytes = b""
+    missing_warned: bool = False
+
+
+class Follower:
+    """Follow `paths`; `read()` returns new complete lines, `wait()` blocks until there may be more."""
+
+    def __init__(self, paths: list[str], max_line_bytes: int = 65536, from_end: bool = False,
+                 poll_interval_s: float = 0.25, max_bytes_per_read: int = 32 * 1024 * 1024,
+                 clock=time.time):
+        if max_line_bytes < 1:
+            raise ValueError(f"max_line_bytes must be >= 1, got {max_line_bytes}")
+        self.max_line_bytes = max_line_bytes
+        self._marker = TRUNCATION_MARKER.format(limit=max_line_bytes)
+        self._poll_interval_s = poll_interval_s
+        self._max_bytes_per_read = max_bytes_per_read
+        self._clock = clock
+        self._sources = [_Source(os.path.abspath(p)) for p in paths]
+        self._backlog = False  # a read stopped at max_bytes_per_read with data left
+        self._changed = threading.Event()
+        self._watcher = _DirectoryWatcher({s.path for s in self._sources}, self._changed)
+        for source in self._sources:
+            self._open(source, at_end=from_end)
+
+    def read(self) -> list[LogChunk]:
+        """All new complete lines of every followed file (bounded per call); never blocks."""
+        self._watcher.refresh()
+        self._backlog = False
+        chunks: list[LogChunk] = []
+        for source in self._sources:
+            try:
+                chunks.extend(self._poll(source))
+            except OSError as error:
+                # A file vanishing between stat and read is a race, not a failure: retry next time.
+                log.warning("log_read_failed", path=source.path, error=str(error))
+                self._close(source)
+        return chunks
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a followed file (or its directory) changed, or `timeout`; True on change."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            self._changed.clear()
+            if self._backlog or self._has_unread():
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            step = remaining if self._watcher.complete else min(remaining, self._poll_interval_s)
+            if self._changed.wait(step):
+                return True
+
+    def close(self) -> None:
+        self._watcher.close()
+        for source in self._sources:
+            self._close(source)
+
+    def __enter__(self) -> "Follower":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # --- one source -------------------------------------------------------------------------
+
+    def _open(self, source: _Source, at_end: bool = False) -> None:
+        try:
+            fd = os.open(source.path, os.O_RDONLY | os.O_NONBLOCK)
+        except (FileNotFoundError, NotADirectoryError):
+            self._warn_missing(source)
+            return
+        except OSError as error:
+            log.warning("log_open_failed", path=source.path, error=str(error))
+            return
+        status = os.fstat(fd)
+        source.fd, source.identity = fd, (status.st_dev, status.st_ino)
+        source.offset = status.st_size if at_end else 0
+        source.partial, source.discarding = b"", False
+        source.head = os.pread(fd, HEAD_BYTES, 0)
+        if source.missing_warned:
+            log.info("log_file_appeared", path=source.path)
+        source.missing_warned = False
+
+    def _close(self, source: _Source) -> None:
+        if source.fd is not None:
+            os.close(source.fd)
+        source.fd, source.identity = None, None
+
+    def _warn_missing(self, source: _Source) -> None:
+        if not source.missing_warned:
+            log.warning("log_file_missing", path=source.path)
+            source.missing_warned = True
+
+    def _poll(self, source: _Source) -> list[LogChunk]:
+        if source.fd is None:
+            self._open(source)
+            return self._drain(source) if source.fd is not None else []
+        try:
+            status = os.stat(source.path)
+        except (FileNotFoundError, NotADirectoryError):
+            # Renamed away or deleted: keep reading the old file, the writer may still append.
+            self._warn_missing(source)
+            return self._drain(source)
+        if (status.st_dev, status.st_ino) != source.identity:
+            # Rotation by rename: finish the old file's tail, then follow the new file from 0.
+            chunks = self._drain(source)
+            self._flush_partial(source, chunks)
+            self._close(source)
+            log.info("log_file_rotated", path=source.path)
+            self._open(source)
+            return chunks + (self._drain(source) if source.fd is not None else [])
+        if status.st_size < source.offset or self._head_changed(source):
+            log.info("log_file_truncated", path=source.path, offset=source.offset,
+                     size=status.st_size)
+            source.offset, source.partial, source.discarding, source.head = 0, b"", False, b""
+        return self._drain(source)
+
+    def _head_changed(self, source: _Source) -> bool:
+        """copytruncate then fast regrowth past our offset leaves the size larger: compare heads."""
+        if not source.head:
+            return False
+        return os.pread(source.fd, len(source.head), 0) != source.head
+
+    def _has_unread(self) -> bool:
+        for source in self._sources:
+            try:
+                status = os.stat(source.path)
+            except OSError:
+                continue
+            if (status.st_dev, status.st_ino) != source.identity or status.st_size != source.offset:
+                return True
+        return False
+
+    def _drain(self, source: _Source) -> list[LogChunk]:
+        chunks: list[LogChunk] = []
+        budget = self._max_bytes_per_read
+        while budget > 0:
+            size = self._block_size(source)
+            data = os.pread(source.fd, size, source.offset)
+            if not data:
+                break
+            source.offset += len(data)
+            budget -= len(data)
+            if len(source.head) < HEAD_BYTES:
+                source.head = os.pread(source.fd, HEAD_BYTES, 0)
+            chunk = self._split(source, data)
+            if chunk is not None:
+                chunks.append(chunk)
+            if len(data) < size:
+                return chunks
+        self._backlog = self._backlog or budget <= 0
+        return chunks
+
+    def _block_size(self, source: _Source) -> int:
+        """Read so that partial + block never exceeds max_line_bytes when that is >= one block:
+        then no complete line can be overlong and the per-line length check is skipped."""
+        if self.max_line_bytes >= BLOCK_BYTES:
+            return max(1, self.max_line_bytes - len(source.partial))
+        return BLOCK_BYTES
+
+    def _split(self, source: _Source, data: bytes) -> LogChunk | None:
+        if source.discarding:
+            newline = data.find(b"\n")
+            if newline < 0:
+                return None
+            data, source.discarding = data[newline + 1:], False
+        block = source.partial + data if source.partial else data
+        end = block.rfind(b"\n")
+        if end < 0:
+            source.partial = block
+            return self._cut_partial(source)
+        source.partial = block[end + 1:]
+        text = self._decode(block[:end])
+        lines = text.split("\n")
+        overflow = self._cut_partial(source)
+        if overflow is not None:
+            lines.extend(overflow.lines)
+            text = text + "\n" + overflow.text
+        return self._chunk(source, tuple(lines), text)
+
+    def _cut_partial(self, source: _Source) -> LogChunk | None:
+        """An unfinished line past the limit is emitted truncated now; its rest is discarded."""
+        if len(source.partial) <= self.max_line_bytes:
+            return None
+        line = self._decode(source.partial[: self.max_line_bytes]) + self._marker
+        source.partial, source.discarding = b"", True
+        return self._chunk(source, (line,), line)
+
+    def _flush_partial(self, source: _Source, chunks: list[LogChunk]) -> None:
+        """A rotated-away file's last line without a newline is still a line."""
+        if source.partial:
+            line = self._decode(source.partial)
+            source.partial = b""
+            chunks.append(self._chunk(source, (line,), line))
+
+    def _decode(self, raw: bytes) -> str:
+        if len(raw) > self.max_line_bytes:
+            pieces = raw.split(b"\n")
+            if max(map(len, pieces)) > self.max_line_bytes:
+                raw = b"\n".join(self._truncate(piece) for piece in pieces)
+        text = raw.decode("utf-8", "replace")
+        # NULs come from copytruncate holes and binary garbage; CRLF from Windows-style writers.
+        if "\x00" in text:
+            text = text.replace("\x00", "")
+        if "\r" in text:
+            text = text.replace("\r\n", "\n")
+        return text
+
+    def _truncate(self, piece: bytes) -> bytes:
+        if len(piece) <= self.max_line_bytes:
+            return piece
+        return piece[: self.max_line_bytes] + self._marker.encode()
+
+    def _chunk(self, source: _Source, lines: tuple[str, ...], text: str) -> LogChunk:
+        first = source.next_number
+        source.next_number += len(lines)
+        return LogChunk(source=source.path, first_number=first, lines=lines,
+                        received_at=self._clock(), text=text)
+
+
+class _DirectoryWatcher:
+    """inotify (watchdog) on the directories of the followed files; `complete` is False while a
+    directory is missing or cannot be watched, and then `Follower.wait` polls."""
+
+    def __init__(self, paths: set[str], changed: threading.Event):
+        self._paths = paths
+        self._directories = {os.path.dirname(p) for p in paths}
+        self._changed = changed
+        self._watches: dict[str, tuple[object, tuple[int, int]]] = {}
+        self._observer = None
+        self.complete = False
+        try:
+            self._observer = Observer()
+            self._observer.daemon = True
+            self._observer.start()
+        except OSError as error:  # inotify unusable (limits, no support): polling still works
+            log.warning("log_watch_unavailable", error=str(error))
+            self._observer = None
+        self.refresh()
+
+    def refresh(self) -> None:
+        """(Re)watch directories that appeared or were replaced; drop watches on vanished ones."""
+        if self._observer is None:
+            return
+        complete = True
+        for directory in self._directories:
+            try:
+                status = os.stat(directory)
+                identity = (status.st_dev, status.st_ino)
+            except OSError:
+                identity = None
+            current = self._watches.get(directory)
+            if current is not None and current[1] != identity:
+                self._unwatch(directory)
+                current = None
+            if identity is None:
+                complete = False
+            elif current is None:
+                complete = self._watch(directory, identity) and complete
+        self.complete = complete
+
+    def _watch(self, directory: str, identity: tuple[int, int]) -> bool:
+        try:
+            watch = self._observer.schedule(_Handler(self._paths, self._directories, self._changed),
+                                            directory, recursive=False)
+        except OSError as error:
+            log.warning("log_watch_failed", directory=directory, error=str(error))
+            return False
+        self._watches[directory] = (watch, identity)
+        return True
+
+    def _unwatch(self, directory: str) -> None:
+        watch, _ = self._watches.pop(directory)
+        try:
+            self._observer.unschedule(watch)
+        except (KeyError, OSError):
+            pass  # the emitter already stopped when its directory was deleted
+
+    def close(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=2.0)
+            self._observer = None
+
+
+class _Handler(FileSystemEventHandler):
+    """Sets the follower's event for changes to a followed file or its directory."""
+
+    def __init__(self, paths: set[str], directories: set[str], changed: threading.Event):
+        super().__init__()
+        self._relevant = paths | directories
+        self._changed = changed
+
+    def on_any_event(self, event) -> None:
+        for path in (event.src_path, getattr(event, "dest_path", "")):
+            if isinstance(path, bytes):
+                path = os.fsdecode(path)
+            if path in self._relevant:
+                self._changed.set()
+                return
