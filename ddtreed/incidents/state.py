@@ -26,7 +26,7 @@ def baseline_key(model: str | None, draft_model: str | None, flags: Mapping[str,
 
 class StateMixin(StoreBase):
     # Applications ------------------------------------------------------------------------
-    def record_application(self, application: Application, incident_id: int | None = None,
+    def record_application(self, incident_id: int | None, application: Application,
                            status: str = "applied") -> None:
         """Store (or replace) an application with its per-file before/after hashes."""
         _check(status, APPLICATION_STATUSES, "application status")

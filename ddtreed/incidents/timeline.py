@@ -25,23 +25,19 @@ class IncidentsMixin(StoreBase):
     def open_incident(self, source: str, crashes: Sequence[Crash] = (),
                       signature: Signature | None = None, match: RuleMatch | None = None,
                       context: ServiceContext | Mapping[str, Any] | None = None,
-                      detected_at: float | None = None, diagnosed_at: float | None = None,
-                      service: str = "", message: str | None = None) -> int:
-        """Record a new incident with its `detected` step (and `diagnosed` when `match` is given)."""
+                      detected_at: float | None = None, service: str = "",
+                      message: str | None = None) -> int:
+        """Record a new incident and its `detected` step; the caller adds `diagnosed` and after."""
         if source not in SOURCES:
             raise ValueError(f"incident source must be one of {', '.join(SOURCES)}, got {source!r}")
         detected_at = time.time() if detected_at is None else detected_at
         row = _incident_row(source, tuple(crashes), signature, match, context, message)
         row.update(service=service, status="open", started_at=detected_at)
+        summary = f"{row['exception'] or source}: {row['message'] or ''}".strip()
         with self.atomic() as db:
             incident_id = int(db["incidents"].insert(row).last_pk)
-            summary = f"{row['exception'] or source}: {row['message'] or ''}".strip()
             self._insert_step(db, incident_id, "detected", summary[:300],
-                              {"ranks": row["ranks"] and encode.loads(row["ranks"])}, detected_at)
-            if match is not None:
-                at = time.time() if diagnosed_at is None else diagnosed_at
-                self._insert_step(db, incident_id, "diagnosed",
-                                  f"{match.category} (rule {match.rule_id})", None, at)
+                              {"ranks": encode.loads(row["ranks"], [])}, detected_at)
         return incident_id
 
     def add_step(self, incident_id: int, step: str, detail: str = "",
@@ -59,12 +55,12 @@ class IncidentsMixin(StoreBase):
 
     def finish(self, incident_id: int, status: str, outcome: str = "",
                at: float | None = None) -> None:
-        """Close the incident: status is one of INCIDENT_STATUSES other than `open`."""
-        if status not in INCIDENT_STATUSES or status == "open":
-            raise ValueError(f"final status must be one of {', '.join(INCIDENT_STATUSES[1:])}, "
+        """Set the final status and outcome; `open` keeps it open (e.g. restarted unchanged)."""
+        if status not in INCIDENT_STATUSES:
+            raise ValueError(f"incident status must be one of {', '.join(INCIDENT_STATUSES)}, "
                              f"got {status!r}")
-        self._update(incident_id, status=status, outcome=outcome,
-                     resolved_at=time.time() if at is None else at)
+        resolved_at = None if status == "open" else (time.time() if at is None else at)
+        self._update(incident_id, status=status, outcome=outcome, resolved_at=resolved_at)
 
     def list_incidents(self, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
         """Summaries, newest first (no tracebacks; `duration_s` while closed)."""
@@ -82,6 +78,16 @@ class IncidentsMixin(StoreBase):
         with self.reading() as db:
             rows = db.query(sql, [fingerprint, -1.0 if since is None else since, int(limit)])
             return [_with_duration(row) for row in rows]
+
+    def verified_fix_for(self, fingerprint: str) -> dict[str, Any] | None:
+        """The newest still-verified application made for an incident of this signature."""
+        sql = ("SELECT a.application_id, a.remediation_id, a.incident_id, a.applied_at "
+               "FROM applications a JOIN incidents i ON a.incident_id = i.id "
+               "WHERE i.fingerprint = ? AND a.status = 'verified' "
+               "ORDER BY a.applied_at DESC LIMIT 1")
+        with self.reading() as db:
+            rows = list(db.query(sql, [fingerprint]))
+        return rows[0] if rows else None
 
     def get(self, incident_id: int) -> dict[str, Any]:
         """The whole incident: JSON columns decoded, steps, applications, durations."""
