@@ -1,0 +1,136 @@
+"""The daemon-state snapshot: `<state_dir>/daemon-state.json`, rewritten atomically on every change.
+
+The daemon is the only writer; `ddtreed status`, the metrics endpoint and people read it. A reader
+sees the old snapshot or the new one, never half of one (temp file, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from .host import write_atomic
+
+STATUS_FILE = "daemon-state.json"
+
+# The daemon's states, in the order a crash travels through them.
+STATES = (
+    "starting",      # ddtreed itself is starting (config, rules, journal replay)
+    "preflight",     # checking the launch before the first start
+    "running",       # the service is up (or loading) and being watched
+    "crashed",       # the service died; its logs are being settled
+    "diagnosing",    # matching the crash against the rules
+    "remediating",   # applying (or advising) a fix
+    "restarting",    # stopping what is left and relaunching
+    "verifying",     # startup milestones, probes and the verification window
+    "backoff",       # waiting before the next restart
+    "escalated",     # ddtreed gave up on this problem: a person must look
+    "stopped",       # ddtreed exited cleanly
+)
+
+
+class StatusError(ValueError):
+    """An unreadable snapshot file, worded as one line naming the file."""
+
+
+@dataclass(frozen=True)
+class DaemonStatus:
+    """What the daemon is doing right now. Times are epoch seconds (time.time())."""
+
+    pid: int
+    state: str
+    status_text: str = ""  # the same line as systemd's STATUS=, e.g. "serving, accept len 3.4"
+    service_pid: int | None = None
+    service_started_at: float | None = None
+    restarts: int = 0  # service restarts since this daemon started
+    last_healthy_at: float | None = None  # last passing health/generate probe
+    last_accept_length: float | None = None
+    current_incident_id: int | None = None
+    degraded: dict[str, Any] | None = None  # {"remediations": [ids], "since": epoch}
+    canary: dict[str, Any] | None = None  # {"last_run_at": epoch, "passed": bool, "detail": str}
+    config: str | None = None  # the config file the daemon runs with
+    updated_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.state not in STATES:
+            raise ValueError(f"state must be one of {', '.join(STATES)}, got {self.state!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def status_path(state_dir: str | os.PathLike[str]) -> Path:
+    return Path(state_dir) / STATUS_FILE
+
+
+def write_status(state_dir: str | os.PathLike[str], status: DaemonStatus) -> DaemonStatus:
+    """Stamp `updated_at` and replace the snapshot atomically (mode 0600); return what was written."""
+    status = replace(status, updated_at=time.time())
+    data = json.dumps(status.to_dict(), indent=1, sort_keys=False) + "\n"
+    write_atomic(str(status_path(state_dir)), data.encode(), mode=0o600)
+    return status
+
+
+def read_status(state_dir: str | os.PathLike[str]) -> DaemonStatus | None:
+    """The last snapshot, or None when no daemon has written one; StatusError when it is unreadable."""
+    path = status_path(state_dir)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise StatusError(f"{path}: cannot read: {error.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise StatusError(f"{path}: not a daemon-state JSON file: {error}") from None
+    return _from_mapping(path, raw)
+
+
+def _from_mapping(path: Path, raw: Any) -> DaemonStatus:
+    if not isinstance(raw, dict):
+        raise StatusError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    known = {f.name for f in fields(DaemonStatus)}
+    # Keys from a newer daemon are ignored, so an old CLI can still read a new snapshot.
+    values = {key: value for key, value in raw.items() if key in known}
+    for key in ("pid", "state"):
+        if key not in values:
+            raise StatusError(f"{path}: missing key {key!r}")
+    if not isinstance(values["pid"], int):
+        raise StatusError(f"{path}: pid must be an integer, got {values['pid']!r}")
+    try:
+        return DaemonStatus(**values)
+    except (TypeError, ValueError) as error:
+        raise StatusError(f"{path}: {error}") from None
+
+
+@dataclass
+class StatusBoard:
+    """The daemon's one place to change its state: writes the snapshot and tells systemd.
+
+    `board.update(state="verifying", status_text="capturing CUDA graphs")` rewrites the file and
+    calls `on_text` (e.g. `Notifier.status`) when the text changed.
+    """
+
+    state_dir: str
+    current: DaemonStatus
+    on_text: Callable[[str], object] | None = None
+    _last_text: str = field(default="", init=False)
+
+    @classmethod
+    def start(cls, state_dir: str, config: str | None = None,
+              on_text: Callable[[str], object] | None = None) -> "StatusBoard":
+        board = cls(state_dir, DaemonStatus(pid=os.getpid(), state="starting", config=config), on_text)
+        board.update(status_text="starting")
+        return board
+
+    def update(self, **changes: Any) -> DaemonStatus:
+        """Apply field changes (e.g. state=, status_text=, restarts=) and publish them."""
+        self.current = write_status(self.state_dir, replace(self.current, **changes))
+        text = self.current.status_text
+        if self.on_text is not None and text and text != self._last_text:
+            self.on_text(text)
+        self._last_text = text
+        return self.current
