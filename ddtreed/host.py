@@ -66,9 +66,20 @@ class Host(Protocol):
 
     def port_in_use(self, address: str, port: int) -> bool: ...
 
-    def sweep_session(self, session_id: int, name_patterns: tuple[str, ...]) -> list[int]:
+    def sweep_session(self, session_id: int, name_patterns: tuple[str, ...],
+                      token: str | None = None) -> list[int]:
         """SIGKILL what survives of a service tree: processes in its session, or named like its
-        children (e.g. `sglang::scheduler*`) and descended from it; return the pids killed."""
+        children (e.g. `sglang::scheduler*`) and descended from it (or carrying the service's
+        environment `token`, which survives re-parenting); return the pids killed."""
+        ...
+
+    def session_pids(self, session_id: int) -> list[int]:
+        """Live (not zombie) processes of this session."""
+        ...
+
+    def rotate_file(self, path: str, backups: int, over_bytes: int | None = None,
+                    copy_truncate: bool = False) -> bool:
+        """Shift path -> path.1 -> ... path.N (only when larger than over_bytes, if given)."""
         ...
 
     def gpu_holders(self, pids: list[int] | None = None) -> list[int]:
@@ -166,6 +177,36 @@ class LocalHost:
     def port_in_use(self, address: str, port: int) -> bool:
         return port_in_use(address, port)
 
+    def sweep_session(self, session_id: int, name_patterns: tuple[str, ...],
+                      token: str | None = None) -> list[int]:
+        from . import _proctree
+
+        return _proctree.sweep(session_id, name_patterns, token)
+
+    def session_pids(self, session_id: int) -> list[int]:
+        from . import _proctree
+
+        return _proctree.session_pids(session_id)
+
+    def gpu_holders(self, pids: list[int] | None = None) -> list[int]:
+        from . import _proctree
+
+        return _proctree.gpu_holders(pids)
+
+    def rotate_file(self, path: str, backups: int, over_bytes: int | None = None,
+                    copy_truncate: bool = False) -> bool:
+        from . import _proctree
+
+        return _proctree.rotate_file(path, backups, over_bytes, copy_truncate)
+
+    def open_follower(self, paths: list[str]) -> "FollowerLike":
+        from .logs import Follower  # lazily: the follower pulls in watchdog
+
+        return Follower(list(paths))
+
+    def http_base_url(self, address: str, port: int) -> str:
+        return http_base_url(address, port)
+
 
 def write_atomic(path: str, data: bytes, mode: int | None = None) -> None:
     """Temp file in the same directory, fsync, rename, fsync the directory: old or new, never half."""
@@ -211,3 +252,14 @@ def port_in_use(address: str, port: int) -> bool:
                 return True
             raise
     return False
+
+
+def http_base_url(address: str, port: int) -> str:
+    """`http://address:port`; a wildcard listen address is reached on loopback."""
+    if address in ("", "0.0.0.0"):
+        address = "127.0.0.1"
+    elif address == "::":
+        address = "::1"
+    if ":" in address and not address.startswith("["):
+        address = f"[{address}]"
+    return f"http://{address}:{port}"

@@ -1,0 +1,157 @@
+"""LocalHost's process-tree work with psutil: sweep a service's survivors, GPU holders, log rotation."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+import signal
+import time
+
+import psutil
+import structlog
+
+log = structlog.get_logger(__name__)
+
+TOKEN_VARIABLE = "DDTREED_SERVICE_TOKEN"
+_COMM_LENGTH = 15  # Linux truncates process names (comm) to 15 bytes
+_ANCESTRY_LIMIT = 64  # deep enough for any real tree; bounds a walk over a racing process table
+_SWEEP_WAIT_S = 3.0  # SIGKILL takes effect at once; this only covers scheduling latency
+
+
+def session_pids(session_id: int) -> list[int]:
+    """Live (not zombie) pids whose session id is `session_id`."""
+    found = []
+    for proc in psutil.process_iter(["status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
+            continue
+        if _session_of(proc.pid) == session_id:
+            found.append(proc.pid)
+    return found
+
+
+def sweep(session_id: int, name_patterns: tuple[str, ...], token: str | None) -> list[int]:
+    """SIGKILL the survivors of a service tree and wait until they are gone; return their pids."""
+    own_session = os.getsid(0)
+    victims = []
+    for proc in psutil.process_iter(["name", "cmdline", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
+            continue
+        # Never sweep by session id when it is our own: that would kill the daemon's siblings.
+        in_session = session_id != own_session and _session_of(proc.pid) == session_id
+        if in_session or (_named_like(proc, name_patterns) and _belongs(proc, session_id, token)):
+            victims.append(proc)
+    for proc in victims:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        log.warning("sweep.killed", pid=proc.pid, name=proc.info["name"], session_id=session_id)
+    _wait_gone(victims, time.monotonic() + _SWEEP_WAIT_S)
+    return [proc.pid for proc in victims]
+
+
+def gpu_holders(pids: list[int] | None) -> list[int]:
+    """Pids with a GPU context according to NVML; [] where NVML (pynvml) is absent."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        log.debug("gpu.nvml_unavailable", error=str(error))
+        return []
+    try:
+        holders = set()
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for getter in (pynvml.nvmlDeviceGetComputeRunningProcesses,
+                           pynvml.nvmlDeviceGetGraphicsRunningProcesses):
+                holders.update(info.pid for info in getter(handle))
+    except pynvml.NVMLError as error:
+        log.warning("gpu.nvml_query_failed", error=str(error))
+        return []
+    finally:
+        pynvml.nvmlShutdown()
+    wanted = None if pids is None else set(pids)
+    return sorted(pid for pid in holders if wanted is None or pid in wanted)
+
+
+def rotate_file(path: str, backups: int, over_bytes: int | None, copy_truncate: bool) -> bool:
+    """path -> path.1 -> … -> path.N; copy_truncate keeps the inode a running writer appends to."""
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return False
+    if size == 0 or (over_bytes is not None and size <= over_bytes):
+        return False
+    if backups <= 0:
+        os.truncate(path, 0) if copy_truncate else os.unlink(path)
+        return True
+    for index in range(backups - 1, 0, -1):
+        older = f"{path}.{index}"
+        if os.path.exists(older):
+            os.replace(older, f"{path}.{index + 1}")
+    if copy_truncate:
+        # Lines written between the copy and the truncate are lost: the price of not owning
+        # the writer's file descriptor. The writer opened the file O_APPEND, so it continues at 0.
+        shutil.copyfile(path, f"{path}.1")
+        os.truncate(path, 0)
+    else:
+        os.replace(path, f"{path}.1")
+    return True
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def _named_like(proc: psutil.Process, patterns: tuple[str, ...]) -> bool:
+    name = proc.info["name"] or ""
+    cmdline = proc.info["cmdline"] or []
+    candidates = [name, " ".join(cmdline)] + ([os.path.basename(cmdline[0])] if cmdline else [])
+    for pattern in patterns:
+        if any(fnmatch.fnmatchcase(text, pattern) for text in candidates):
+            return True
+        # A name set with prctl is cut to 15 bytes: `sglang::scheduler_TP0` reads `sglang::schedul`.
+        if len(name) == _COMM_LENGTH and fnmatch.fnmatchcase(name, pattern[:_COMM_LENGTH] + "*"):
+            return True
+    return False
+
+
+def _belongs(proc: psutil.Process, session_id: int, token: str | None) -> bool:
+    """Descended from the service (ancestry, while it lasts) or carrying its environment token."""
+    current: psutil.Process | None = proc
+    try:
+        for _ in range(_ANCESTRY_LIMIT):
+            if current is None or current.pid <= 1:
+                break
+            if current.pid == session_id or _session_of(current.pid) == session_id:
+                return True
+            current = current.parent()
+        # An orphan is re-parented to init and loses its ancestry; its environment stays.
+        return token is not None and proc.environ().get(TOKEN_VARIABLE) == token
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _wait_gone(procs: list[psutil.Process], deadline: float) -> None:
+    pending = list(procs)
+    while pending and time.monotonic() < deadline:
+        pending = [proc for proc in pending if _alive(proc)]
+        if pending:
+            time.sleep(0.02)
+    for proc in pending:
+        log.error("sweep.survivor", pid=proc.pid, hint="process survived SIGKILL (uninterruptible "
+                  "sleep in a driver?); check `ps -o stat,wchan -p PID`")
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -1,0 +1,186 @@
+"""Start the service in its own session, and stop all of it: TERM, grace, KILL, sweep, wait for release."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+from pathlib import PurePosixPath
+from typing import Callable
+
+import structlog
+
+from ._proctree import TOKEN_VARIABLE
+from .config import Config
+from .host import Host, Process
+from .records import ExitStatus
+
+log = structlog.get_logger(__name__)
+
+# Process titles SGLang gives its children (setproctitle); they can outlive a killed group.
+CHILD_NAME_PATTERNS = (
+    "sglang::scheduler*",
+    "sglang::detokenizer*",
+    "sglang::data_parallel_controller*",
+)
+DEFAULT_PORT = 30000  # SGLang's own default for --port
+_POLL_S = 0.05
+_KILL_WAIT_S = 10.0  # SIGKILL is immediate unless a process sits in a driver call
+_ROTATE_CHECK_S = 5.0  # a stat per log file at most this often while running
+_PROGRESS_EVERY_S = 2.0
+
+
+class StopError(RuntimeError):
+    """The service's main process survived SIGKILL."""
+
+
+def service_port(config: Config, argv: list[str]) -> int:
+    """The port the service listens on: the config, else `--port` in argv, else SGLang's default."""
+    if config.service.port is not None:
+        return config.service.port
+    for index, arg in enumerate(argv):
+        if arg == "--port" and index + 1 < len(argv) and argv[index + 1].isdigit():
+            return int(argv[index + 1])
+        if arg.startswith("--port=") and arg[7:].isdigit():
+            return int(arg[7:])
+    return DEFAULT_PORT
+
+
+class Supervisor:
+    """One service launch at a time; stop() leaves no process, port or GPU of it behind."""
+
+    def __init__(self, host: Host, config: Config, argv: list[str], env: dict[str, str],
+                 inherit_env: bool = True, release_timeout_s: float = 60.0,
+                 rotate_check_s: float = _ROTATE_CHECK_S, clock: Callable[[], float] = time.monotonic):
+        self.host = host
+        self.config = config
+        self.argv = list(argv)
+        # `env` holds the service's own variables; a local service also needs PATH, HOME, ...
+        self.env = {**os.environ, **env} if inherit_env else dict(env)
+        self.port = service_port(config, self.argv)
+        self.address = config.service.host
+        self.release_timeout_s = release_timeout_s
+        self.rotate_check_s = rotate_check_s
+        self.process: Process | None = None
+        self._clock = clock
+        self._token: str | None = None
+        self._exit_logged = False
+        self._next_rotate_check = 0.0
+        log_dir = PurePosixPath(config.paths.log_dir)
+        self.log_paths = [str(log_dir / "service.stdout.log"), str(log_dir / "service.stderr.log")]
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def start(self) -> Process:
+        """Rotate the logs, then spawn the service in a new session."""
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError(f"service pid {self.process.pid} is still running; stop it first")
+        self.host.makedirs(self.config.paths.log_dir)
+        for path in self.log_paths:
+            self.host.rotate_file(path, self.config.paths.log_backups)
+        # Children inherit this token: it identifies them after they leave the session or are orphaned.
+        self._token = secrets.token_hex(8)
+        env = {**self.env, TOKEN_VARIABLE: self._token}
+        self.process = self.host.spawn(self.argv, env, self.config.service.cwd, *self.log_paths)
+        self._exit_logged = False
+        self._next_rotate_check = self._clock() + self.rotate_check_s
+        log.info("service.started", pid=self.process.pid, port=self.port, argv=self.argv,
+                 logs=self.log_paths, host=self.host.name)
+        return self.process
+
+    def poll(self) -> ExitStatus | None:
+        """The main process' exit status once it ended; rotates oversized logs while it runs."""
+        if self.process is None:
+            return None
+        status = self.process.poll()
+        if status is None:
+            self._rotate_if_large()
+        elif not self._exit_logged:
+            self._exit_logged = True
+            log.warning("service.exited", pid=self.process.pid, status=status.describe())
+        return status
+
+    def stop(self, reason: str) -> ExitStatus:
+        """TERM the group, wait the grace period, KILL it, sweep survivors, wait for port and GPUs."""
+        process = self.process
+        if process is None:
+            raise RuntimeError("the service was never started")
+        grace = self.config.policy.stop_grace_s
+        log.info("service.stopping", pid=process.pid, reason=reason, grace_s=grace)
+        status = process.poll()
+        already_exited = status is not None
+        if self._tree_alive(process):
+            process.signal_group(signal.SIGTERM)
+            status = self._wait_tree_exit(process, self._clock() + grace)
+        if self._tree_alive(process):
+            status = self._kill_group(process, grace)
+        swept = self.host.sweep_session(process.pid, CHILD_NAME_PATTERNS, token=self._token)
+        if swept:
+            log.error("service.swept", pid=process.pid, killed=swept,
+                      hint="children outlived the service's process group; they would hold the "
+                           "port and GPU memory and make the next start fail")
+        self._wait_released([process.pid, *swept])
+        if status is None:
+            raise StopError(f"service pid {process.pid} survived SIGKILL")
+        self._exit_logged = True
+        log.info("service.stopped", pid=process.pid, status=status.describe(),
+                 already_exited=already_exited, reason=reason)
+        return status
+
+    def _tree_alive(self, process: Process) -> bool:
+        if process.poll() is None:
+            return True
+        session_pids = getattr(self.host, "session_pids", None)
+        return bool(session_pids(process.pid)) if session_pids else False
+
+    def _wait_tree_exit(self, process: Process, deadline: float) -> ExitStatus | None:
+        while self._tree_alive(process) and self._clock() < deadline:
+            time.sleep(_POLL_S)
+        return process.poll()
+
+    def _kill_group(self, process: Process, grace: float) -> ExitStatus | None:
+        main_alive = process.poll() is None
+        log.error("service.sigkill", pid=process.pid, grace_s=grace, main_alive=main_alive,
+                  hint="the service did not exit within policy.stop_grace_s of SIGTERM: raise it "
+                       "if shutdown is slow, or look for a hung rank (py-spy dump --pid PID)")
+        process.signal_group(signal.SIGKILL)
+        # Members that left the group are the sweep's job; only the main process is awaited here.
+        return process.wait(timeout=_KILL_WAIT_S)
+
+    def _wait_released(self, pids: list[int]) -> None:
+        """Until the port is free and no old process holds a GPU: a restart before that fails."""
+        started = self._clock()
+        deadline = started + self.release_timeout_s
+        next_progress = started + _PROGRESS_EVERY_S
+        while True:
+            port_busy = self.host.port_in_use(self.address, self.port)
+            holders = self.host.gpu_holders(pids)
+            if not port_busy and not holders:
+                log.debug("service.released", port=self.port, waited_s=self._clock() - started)
+                return
+            now = self._clock()
+            if now >= deadline:
+                log.error("service.release_timeout", port=self.port, port_in_use=port_busy,
+                          gpu_holders=holders, waited_s=now - started,
+                          hint="another process holds the port or GPU; the next start may fail")
+                return
+            if now >= next_progress:
+                log.info("service.waiting_release", port=self.port, port_in_use=port_busy,
+                         gpu_holders=holders, waited_s=round(now - started, 1))
+                next_progress = now + _PROGRESS_EVERY_S
+            time.sleep(_POLL_S * 2)
+
+    def _rotate_if_large(self) -> None:
+        now = self._clock()
+        if now < self._next_rotate_check:
+            return
+        self._next_rotate_check = now + self.rotate_check_s
+        paths = self.config.paths
+        for path in self.log_paths:
+            # The service holds these files open: copy and truncate keeps its descriptor valid.
+            if self.host.rotate_file(path, paths.log_backups, over_bytes=paths.log_max_bytes,
+                                     copy_truncate=True):
+                log.info("service.log_rotated", path=path, max_bytes=paths.log_max_bytes)
