@@ -35,10 +35,17 @@ class Notifier:
         self._socket: socket.socket | None = None
 
     @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> "Notifier":
-        """Read NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID (default: os.environ)."""
-        environ = os.environ if environ is None else environ
-        return cls(environ.get("NOTIFY_SOCKET"), _watchdog_usec(environ))
+    def from_environment(cls, environ: Mapping[str, str] | None = None, unset: bool = False) -> "Notifier":
+        """Read NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID (default: os.environ).
+
+        unset=True then removes them from os.environ, so that children never inherit them.
+        """
+        source = os.environ if environ is None else environ
+        notifier = cls(source.get("NOTIFY_SOCKET"), _watchdog_usec(source))
+        if unset and environ is None:
+            for key in SYSTEMD_VARIABLES:
+                os.environ.pop(key, None)
+        return notifier
 
     @property
     def enabled(self) -> bool:

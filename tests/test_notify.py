@@ -120,3 +120,20 @@ def test_a_real_child_process_notifies_through_its_environment(abstract_listener
     assert done.returncode == 0
     assert receive() == {"READY": "1", "STATUS": "up"}
     assert receive() == {"WATCHDOG": "1"}
+
+
+def test_unset_keeps_the_variables_from_the_service_tree(abstract_listener):
+    """The daemon reads them once; the SGLang processes it starts must not see them."""
+    address, receive = abstract_listener
+    code = ("import os, subprocess, sys\n"
+            "from ddtreed.notify import Notifier\n"
+            "n = Notifier.from_environment(unset=True)\n"
+            "n.ready()\n"
+            "child = subprocess.run([sys.executable, '-c', 'import os; print(sorted(k for k in os.environ "
+            "if k in (\"NOTIFY_SOCKET\", \"WATCHDOG_USEC\")))'], capture_output=True, text=True)\n"
+            "print(child.stdout.strip(), n.watchdog_interval())\n")
+    env = dict(os.environ, NOTIFY_SOCKET=address, WATCHDOG_USEC="4000000")
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, timeout=60,
+                          capture_output=True, text=True)
+    assert done.stdout.strip() == "[] 2.0", done.stderr
+    assert receive() == {"READY": "1"}
