@@ -11,13 +11,17 @@ FRAMES_SHOWN = 8  # the innermost frames say where it broke; the full list is in
 
 
 def as_json(value: Any) -> Any:
-    """A store dict with every `*_at` epoch as ISO-8601 UTC text (nested steps included)."""
+    """A store dict with every `at` / `*_at` epoch as ISO-8601 UTC text (nested steps included)."""
     if isinstance(value, Mapping):
-        return {key: iso(item) if key.endswith("_at") and isinstance(item, (int, float))
-                else as_json(item) for key, item in value.items()}
+        return {key: iso(item) if _is_time(key, item) else as_json(item)
+                for key, item in value.items()}
     if isinstance(value, list):
         return [as_json(item) for item in value]
     return value
+
+
+def _is_time(key: str, value: Any) -> bool:
+    return (key == "at" or key.endswith("_at")) and isinstance(value, (int, float))
 
 
 def when(epoch: float | None) -> str:
