@@ -1,0 +1,263 @@
+"""`SshHost`: the `Host` seam (ddtreed/host.py) over SSH, so the daemon supervises a remote service."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import posixpath
+import secrets
+import shlex
+import signal
+import time
+
+import structlog
+
+from ..host import CommandResult
+from ..records import ExitStatus
+from .follower import RemoteFollower
+from .inventory import HostEntry
+from .ssh import REMOTE_FAILED, Connection, FleetError
+from .tunnel import Tunnel
+
+log = structlog.get_logger(__name__)
+
+POLL_TIMEOUT_S = 15.0  # one status round trip; a host slower than this is treated as unreachable
+
+# A wrapper in its own session starts the service in another new session (so the service's process
+# group is its pid), prints that pid, and records the wait status when it ends. The wrapper is not
+# in the service's group, so TERM/KILL to the group leave it alive to write the status.
+_WRAPPER = (
+    'setsid "$@" >>"$DDTREED_OUT" 2>>"$DDTREED_ERR" </dev/null & child=$!; echo "$child"; '
+    'exec >/dev/null 2>&1 </dev/null; wait "$child"; echo "$?" >"$DDTREED_STATUS.tmp"; '
+    'mv -f "$DDTREED_STATUS.tmp" "$DDTREED_STATUS"'
+)
+
+
+class RemoteProcess:
+    """A service started by SshHost.spawn; poll() reads the wrapper's status file or `kill -0`."""
+
+    def __init__(self, host: "SshHost", pid: int, status_path: str):
+        self._host = host
+        self.pid = pid
+        self._status_path = status_path
+        self._status: ExitStatus | None = None
+        self._gone_since: float | None = None
+
+    def poll(self) -> ExitStatus | None:
+        if self._status is not None:
+            return self._status
+        script = f'cat -- {shlex.quote(self._status_path)} 2>/dev/null || ' \
+                 f'{{ kill -0 {self.pid} 2>/dev/null && echo running || echo gone; }}'
+        text = self._host.run(["sh", "-c", script], POLL_TIMEOUT_S).stdout.strip()
+        if text.lstrip("-").isdigit():
+            self._status = _decode_shell_status(int(text))
+            self._host.remove(self._status_path)
+            return self._status
+        if text == "gone":
+            return self._vanished()
+        self._gone_since = None
+        return None
+
+    def _vanished(self) -> ExitStatus | None:
+        """No process and no status yet: the wrapper writes it a moment after the exit; wait a little."""
+        now = time.monotonic()
+        self._gone_since = self._gone_since or now
+        if now - self._gone_since < 5.0:
+            return None
+        log.warning("fleet.remote_status_lost", host=self._host.name, pid=self.pid)
+        self._status = ExitStatus(code=None, signal=None)
+        return self._status
+
+    def signal_group(self, signum: int) -> bool:
+        """Signal the remote process group; False when it is already gone."""
+        name = signal.Signals(signum).name.removeprefix("SIG")
+        return self._host.run(["kill", "-s", name, "--", f"-{self.pid}"], POLL_TIMEOUT_S).returncode == 0
+
+    def wait(self, timeout: float | None = None) -> ExitStatus | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.poll()
+            if status is not None or (deadline is not None and time.monotonic() >= deadline):
+                return status
+            time.sleep(0.1)  # each poll is a round trip; this bounds the rate, not a fixed wait
+
+
+def _decode_shell_status(value: int) -> ExitStatus:
+    """`$?` from `wait`: 128+N means signal N (the shell cannot tell it from exit code 128+N)."""
+    if 128 < value < 128 + 65:
+        return ExitStatus(code=None, signal=value - 128)
+    return ExitStatus(code=value, signal=None)
+
+
+class SshHost:
+    """The service's host reached over SSH; one connection, re-established when it drops."""
+
+    def __init__(self, entry: HostEntry, accept_new: bool = False):
+        self.name = entry.name
+        self.entry = entry
+        self._connection = Connection(entry, accept_new)
+        self._tunnels: dict[tuple[str, int], Tunnel] = {}
+
+    def __enter__(self) -> "SshHost":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for tunnel in self._tunnels.values():
+            tunnel.close()
+        self._tunnels.clear()
+        self._connection.close()
+
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str | None,
+              stdout_path: str, stderr_path: str) -> RemoteProcess:
+        status_path = posixpath.join(posixpath.dirname(stdout_path) or ".",
+                                     f".ddtreed-exit-{secrets.token_hex(6)}")
+        files = {"DDTREED_OUT": stdout_path, "DDTREED_ERR": stderr_path, "DDTREED_STATUS": status_path}
+        command = ["env", *_env_assignments({**_remote_env(env), **files}), "setsid", "sh", "-c",
+                   _WRAPPER, "sh", *argv]
+        line = shlex.join(command) + " &"
+        if cwd:
+            line = f"cd {shlex.quote(cwd)} && {line}"
+        result = self._exec_line(line)
+        pid_text = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+        if result.returncode != 0 or not pid_text.isdigit():
+            raise FleetError(REMOTE_FAILED, f"spawn {argv[0]} failed ({result.returncode}): "
+                             f"{result.stderr.strip()[-300:]}", exit_code=result.returncode)
+        # Values may hold tokens: log the env keys only.
+        log.info("fleet.spawned", host=self.name, pid=int(pid_text), program=argv[0],
+                 env_keys=sorted(_remote_env(env)))
+        return RemoteProcess(self, int(pid_text), status_path)
+
+    def _exec_line(self, line: str, timeout: float = POLL_TIMEOUT_S) -> CommandResult:
+        """A shell line assembled only from shlex-quoted parts (plus fixed operators like `&&`)."""
+        return self.run(["sh", "-c", line], timeout)
+
+    def run(self, argv: list[str], timeout: float) -> CommandResult:
+        return self._connection.run(argv, timeout)
+
+    def read_bytes(self, path: str) -> bytes:
+        with self._connection.sftp().open(path, "rb") as handle:
+            return handle.read()
+
+    def write_atomic(self, path: str, data: bytes, mode: int | None = None) -> None:
+        """Temp file in the same directory, synced, chmod, posix_rename, directory synced."""
+        sftp = self._connection.sftp()
+        directory = posixpath.dirname(path) or "."
+        if mode is None:
+            try:
+                mode = (sftp.stat(path).st_mode or 0o644) & 0o7777
+            except FileNotFoundError:
+                mode = 0o644
+        temp = posixpath.join(directory, f".ddtreed-{secrets.token_hex(6)}")
+        try:
+            with sftp.open(temp, "wb") as handle:
+                handle.write(data)
+            sftp.chmod(temp, mode)
+            self._checked(["sync", "--", temp])
+            sftp.posix_rename(temp, path)
+        except BaseException:
+            self.remove(temp)
+            raise
+        self._checked(["sync", "--", directory])
+
+    def _checked(self, argv: list[str]) -> CommandResult:
+        result = self.run(argv, POLL_TIMEOUT_S)
+        if result.returncode != 0:
+            raise OSError(f"{self.name}: {shlex.join(argv)} exited {result.returncode}: "
+                          f"{result.stderr.strip()[-200:]}")
+        return result
+
+    def exists(self, path: str) -> bool:
+        try:
+            self._connection.sftp().lstat(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def realpath(self, path: str) -> str:
+        return self._checked(["realpath", "-m", "--", path]).stdout.strip()
+
+    def remove(self, path: str) -> None:
+        try:
+            self._connection.sftp().remove(path)
+        except FileNotFoundError:
+            pass
+
+    def makedirs(self, path: str, mode: int = 0o755) -> None:
+        self._checked(["mkdir", "-p", "-m", format(mode, "o"), "--", path])
+
+    def port_in_use(self, address: str, port: int) -> bool:
+        """Listening or bound sockets on that port per `ss`; a connect through the tunnel when ss is missing."""
+        result = self.run(["ss", "-Htan", f"sport = :{port}"], POLL_TIMEOUT_S)
+        if result.returncode == 0:
+            return any(line.split()[0] != "TIME-WAIT" for line in result.stdout.splitlines() if line.split())
+        try:
+            channel = self._connection.client().get_transport().open_channel(
+                "direct-tcpip", (address or "127.0.0.1", port), ("127.0.0.1", 0), timeout=5.0)
+        except Exception:  # paramiko raises ChannelException/SSHException for a refused port
+            return False
+        channel.close()
+        return True
+
+    def sweep_session(self, session_id: int, name_patterns: tuple[str, ...]) -> list[int]:
+        """SIGKILL survivors in the session, or named like its children and descended from its leader."""
+        table = self._checked(["ps", "-e", "-o", "pid=,ppid=,sid=,args="]).stdout
+        rows = []
+        for line in table.splitlines():
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and all(part.isdigit() for part in parts[:3]):
+                rows.append((int(parts[0]), int(parts[1]), int(parts[2]), parts[3] if len(parts) > 3 else ""))
+        victims = sorted(_sweep_victims(rows, session_id, name_patterns))
+        if victims:
+            self.run(["kill", "-s", "KILL", "--", *map(str, victims)], POLL_TIMEOUT_S)
+            log.warning("fleet.swept", host=self.name, session=session_id, pids=victims)
+        return victims
+
+    def gpu_holders(self, pids: list[int] | None = None) -> list[int]:
+        result = self.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], POLL_TIMEOUT_S)
+        if result.returncode != 0:
+            return []  # no nvidia-smi (127) or no driver: nothing we can see holds a GPU
+        holders = sorted({int(line) for line in result.stdout.split() if line.strip().isdigit()})
+        return [pid for pid in holders if pids is None or pid in pids]
+
+    def open_follower(self, paths: list[str]) -> RemoteFollower:
+        return RemoteFollower(self._connection, paths)
+
+    def http_base_url(self, address: str, port: int) -> str:
+        key = (address or "127.0.0.1", port)
+        tunnel = self._tunnels.get(key)
+        if tunnel is None or tunnel.closed:
+            tunnel = self._tunnels[key] = Tunnel(self._connection, *key)
+        return f"http://127.0.0.1:{tunnel.local_port}"
+
+
+def _sweep_victims(rows: list[tuple[int, int, int, str]], session_id: int,
+                   name_patterns: tuple[str, ...]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, ppid, _, _ in rows:
+        children.setdefault(ppid, []).append(pid)
+    descendants, stack = set(), [session_id]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in descendants:
+                descendants.add(child)
+                stack.append(child)
+    victims = set()
+    for pid, _, sid, args in rows:
+        named = any(fnmatch.fnmatch(args.split(" ", 1)[0] if args else "", pattern)
+                    or fnmatch.fnmatch(args, pattern) for pattern in name_patterns)
+        if sid == session_id or (named and pid in descendants):
+            victims.add(pid)
+    return victims
+
+
+def _remote_env(env: dict[str, str]) -> dict[str, str]:
+    """Only what the caller set on purpose: values inherited from this process's own environment
+    describe this machine (PATH, HOME, SSH_AUTH_SOCK…), not the remote host."""
+    return {key: value for key, value in env.items() if os.environ.get(key) != value}
+
+
+def _env_assignments(env: dict[str, str]) -> list[str]:
+    return [f"{key}={value}" for key, value in sorted(env.items()) if key and "=" not in key]
