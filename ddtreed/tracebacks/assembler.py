@@ -1,0 +1,325 @@
+"""Streaming assembly of SGLang output into crash groups, with a fast path for ordinary lines.
+
+Most chunks are decode/prefill progress: a rank-tagged line each. One regex finds untagged lines
+and a few substring searches find tagged lines that announce a crash; only those lines (and the
+lines of a traceback in progress) get per-line Python work.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import structlog
+
+from ..records import Crash, LogChunk
+from . import grammar
+from .builder import AFTER, CHAIN, FRAMES, HEADER, MESSAGE, PYSPY, Builder
+from .groups import Group
+
+log = structlog.get_logger(__name__)
+
+CONTEXT_LOOKBACK = 8  # lines before a traceback header searched for warnings that explain it
+CONSUMED, FINISH, SKIPPED = "consumed", "finish", "skipped"
+
+
+@dataclass
+class _SourceState:
+    open: list[Builder] = field(default_factory=list)  # FIFO: untagged body lines go to open[0]
+    pyspy: Builder | None = None  # a watchdog timeout taking the py-spy dump after it
+    terminate: tuple[str, str | None] | None = None  # C++ abort type awaiting its what() line
+    torch_rank: str | None = None  # from torch's `[rank3]:` prefixes
+    recent: deque = field(default_factory=lambda: deque(maxlen=4))  # unclaimed notable lines
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.open) or self.pyspy is not None or self.terminate is not None
+
+
+class Assembler:
+    """Feed LogChunks; `take()` returns groups of crashes from ranks that failed together."""
+
+    def __init__(self, settle_s: float = 1.0, max_lines: int = 2000, max_pending: int = 64,
+                 max_group_s: float = 60.0):
+        self.settle_s = settle_s
+        self.max_lines = max_lines  # per traceback, so a runaway message cannot grow unbounded
+        self.max_pending = max_pending  # open tracebacks per source
+        self.max_group_s = max_group_s  # a group that never goes quiet is still emitted
+        self._states: dict[str, _SourceState] = {}
+        self._group: Group | None = None
+
+    # --- input --------------------------------------------------------------------------------
+
+    def feed(self, chunk: LogChunk) -> None:
+        state = self._states.get(chunk.source)
+        if state is None:
+            state = self._states[chunk.source] = _SourceState()
+        text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
+        if not state.busy and not _may_matter(text):
+            return  # the fast path: a few C-level scans, no per-line work
+        previous = -1
+        for index in _interesting_lines(text):
+            if index > previous + 1:
+                self._ordinary(state, chunk.received_at)
+            self._line(state, chunk, index)
+            previous = index
+        if previous < len(chunk.lines) - 1:
+            self._ordinary(state, chunk.received_at)
+
+    def take(self, now: float, final: bool = False) -> list[tuple[Crash, ...]]:
+        """Groups quiet for settle_s (all of them when `final`), oldest first."""
+        self._finish_stale(now, final)
+        group = self._group
+        if group is None:
+            return []
+        if not final and now - group.started < self.max_group_s:
+            if self._any_open() or now - group.last_activity < self.settle_s:
+                return []
+        self._group = None
+        crashes = group.emit()
+        return [crashes] if crashes else []
+
+    # --- per line -----------------------------------------------------------------------------
+
+    def _line(self, state: _SourceState, chunk: LogChunk, index: int) -> None:
+        text = chunk.lines[index]
+        number = chunk.first_number + index
+        timestamp, rank, body = grammar.parse_line(text)
+        if timestamp is not None:
+            self._tagged(state, chunk, index, rank, body)
+            return
+        if state.pyspy is not None and self._feed_pyspy(state, body, number, chunk.received_at):
+            return
+        while state.open:
+            owner = state.open[0]
+            result = self._feed_builder(owner, body, number, chunk.received_at)
+            if result == CONSUMED:
+                if owner.lines > self.max_lines:
+                    self._finish(state, owner, chunk.received_at)
+                return
+            if result == SKIPPED:
+                break
+            self._finish(state, owner, chunk.received_at)
+        self._idle_line(state, chunk, number, body)
+
+    def _tagged(self, state: _SourceState, chunk: LogChunk, index: int, rank, body: str) -> None:
+        now, number = chunk.received_at, chunk.first_number + index
+        self._ordinary(state, now)
+        if body.endswith(grammar.TRACEBACK_HEADER):
+            prefix = body[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
+            context = tuple(line for line in chunk.lines[max(0, index - CONTEXT_LOOKBACK):index]
+                            if grammar.TRACEBACK_HEADER not in line
+                            and any(word in line for word in grammar.CONTEXT_WORDS))
+            self._open(state, Builder("traceback", chunk.source, rank, prefix, number, now,
+                                      context=tuple(state.recent) + context), chunk.lines[index])
+            return
+        if grammar.WATCHDOG_TIMEOUT.search(body):
+            builder = Builder("watchdog-timeout", chunk.source, rank, None, number, now, state=PYSPY)
+            builder.set_exception(None, body.strip())
+            builder.state = PYSPY
+            builder.touch(number, chunk.lines[index], now)
+            state.pyspy = builder
+            self._activity(now)
+            return
+        for pattern in grammar.CHILD_DEATHS:
+            match = pattern.search(body)
+            if match:
+                self._crash(Crash(kind="child-death", exception=None, message=body.strip(), rank=rank,
+                                  exit_code=int(match.group("code")), source=chunk.source,
+                                  first_line=number, last_line=number, detected_at=now,
+                                  excerpt=(chunk.lines[index],)), now)
+                return
+        if grammar.SIGQUIT.search(body):
+            self._activity(now).add_sigquit(body.strip(), chunk.source, number)
+
+    def _ordinary(self, state: _SourceState, now: float) -> None:
+        """A prefixed line that is not ours: it closes the message block in progress."""
+        if state.pyspy is not None:
+            self._finish_pyspy(state, now)
+        if state.open and state.open[0].state in (MESSAGE, AFTER):
+            self._finish(state, state.open[0], now)
+
+    def _feed_builder(self, builder: Builder, body: str, number: int, now: float) -> str:
+        stripped = body.strip()
+        state = builder.state
+        if state in (HEADER, FRAMES, CHAIN):
+            frame = grammar.FRAME.match(body)
+            if frame:
+                builder.add_frame(frame)
+            elif not stripped or stripped == grammar.TRACEBACK_HEADER:
+                builder.state = FRAMES if state == FRAMES else HEADER
+            elif state == FRAMES and body[:1] in (" ", "\t"):
+                pass  # the source line under a frame, or 3.11+ caret markers
+            elif state == FRAMES:
+                builder.set_exception(*grammar.split_exception(stripped, strict=False))
+            elif state == HEADER and grammar.split_exception(stripped, strict=True):
+                builder.set_exception(*grammar.split_exception(stripped, strict=True))
+            else:
+                return SKIPPED if state == HEADER else FINISH
+        elif state == MESSAGE:
+            if not stripped:
+                builder.state = AFTER
+            elif stripped in grammar.CHAIN_MARKERS:
+                builder.chain()
+            elif grammar.FRAME.match(body) or stripped == grammar.TRACEBACK_HEADER:
+                return FINISH  # the next rank's body follows without a blank line
+            else:
+                builder.add_message_line(body.rstrip())
+        elif stripped in grammar.CHAIN_MARKERS:
+            builder.chain()
+        elif stripped:
+            return FINISH
+        builder.touch(number, body, now)
+        return CONSUMED
+
+    def _idle_line(self, state: _SourceState, chunk: LogChunk, number: int, body: str) -> None:
+        """An untagged line with no traceback waiting for it."""
+        now, stripped = chunk.received_at, body.strip()
+        if not stripped:
+            return
+        if stripped.endswith(grammar.TRACEBACK_HEADER):
+            prefix = stripped[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
+            self._open(state, Builder("traceback", chunk.source, state.torch_rank, prefix, number, now,
+                                      context=tuple(state.recent)), body)
+            return
+        frame = grammar.FRAME.match(body)
+        if frame:
+            builder = Builder("traceback", chunk.source, None, None, number, now, orphan=True)
+            builder.add_frame(frame)
+            self._open(state, builder, body)
+            return
+        if grammar.DEVICE_ASSERT in body:
+            self._activity(now).add_assert(stripped)
+            return
+        self._idle_native(state, chunk, number, body, stripped)
+
+    def _idle_native(self, state, chunk: LogChunk, number: int, body: str, stripped: str) -> None:
+        """C++ aborts, NCCL watchdog lines and bare exception lines without a traceback."""
+        now = chunk.received_at
+        torch_rank = grammar.TORCH_RANK.match(stripped)
+        if torch_rank:
+            state.torch_rank = f"rank{torch_rank.group('rank')}"
+        terminate = grammar.TERMINATE.search(body)
+        what = grammar.WHAT.match(body)
+        nccl = grammar.NCCL_TIMEOUT.search(body)
+        if terminate:
+            state.terminate = (terminate.group("type"), state.torch_rank)
+            self._activity(now)
+        elif what and state.terminate is not None:
+            exception, rank = state.terminate
+            message = what.group("message").strip()
+            kind = "nccl-watchdog" if "atchdog" in message else "traceback"
+            self._crash(Crash(kind=kind, exception=exception, message=message, rank=rank,
+                              source=chunk.source, first_line=number, last_line=number,
+                              detected_at=now, excerpt=(body,), context=tuple(state.recent)), now)
+            self._group.native_sources.add(chunk.source)
+            state.terminate = None
+        elif nccl:
+            self._activity(now).add_nccl(Crash(
+                kind="nccl-watchdog", exception=None, message=nccl.group("message").strip(),
+                rank=state.torch_rank, source=chunk.source, first_line=number, last_line=number,
+                detected_at=now, excerpt=(body,)))
+        elif grammar.split_exception(stripped, strict=True):
+            exception, message = grammar.split_exception(stripped, strict=True)
+            self._crash(Crash(kind="traceback", exception=exception, message=message,
+                              rank=state.torch_rank, source=chunk.source, first_line=number,
+                              last_line=number, detected_at=now, excerpt=(body,),
+                              context=tuple(state.recent)), now)
+        elif any(word in body for word in grammar.CONTEXT_WORDS):
+            state.recent.append(stripped[:500])
+
+    def _feed_pyspy(self, state: _SourceState, body: str, number: int, now: float) -> bool:
+        frame = grammar.PYSPY_FRAME.match(body)
+        stripped = body.strip()
+        if frame:
+            state.pyspy.add_frame(frame, pyspy=True)
+        elif not (stripped.startswith(("Pyspy dump", "Thread ", "Process ")) or not stripped):
+            self._finish_pyspy(state, now)
+            return False
+        state.pyspy.touch(number, body, now)
+        return True
+
+    # --- bookkeeping --------------------------------------------------------------------------
+
+    def _open(self, state: _SourceState, builder: Builder, text: str) -> None:
+        builder.touch(builder.first_line, text, builder.last_activity)
+        state.open.append(builder)
+        if len(state.open) > self.max_pending:
+            log.warning("traceback_pending_overflow", source=builder.source, limit=self.max_pending)
+            self._finish(state, state.open[0], builder.last_activity)
+        self._activity(builder.last_activity)
+
+    def _finish(self, state: _SourceState, builder: Builder, now: float) -> None:
+        state.open.remove(builder)
+        if builder.complete or not builder.orphan:
+            self._crash(builder.to_crash(now), now)
+
+    def _finish_pyspy(self, state: _SourceState, now: float) -> None:
+        builder, state.pyspy = state.pyspy, None
+        self._crash(builder.to_crash(now), now)
+
+    def _finish_stale(self, now: float, final: bool) -> None:
+        for state in self._states.values():
+            for builder in list(state.open):
+                if final or now - builder.last_activity >= self.settle_s:
+                    self._finish(state, builder, now)
+            if state.pyspy is not None and (final or now - state.pyspy.last_activity >= self.settle_s):
+                self._finish_pyspy(state, now)
+            if final:
+                state.terminate = None
+
+    def _any_open(self) -> bool:
+        return any(state.open or state.pyspy is not None for state in self._states.values())
+
+    def _activity(self, now: float) -> Group:
+        if self._group is None:
+            self._group = Group(started=now)
+        self._group.last_activity = max(self._group.last_activity, now)
+        return self._group
+
+    def _crash(self, crash: Crash, now: float) -> None:
+        self._activity(now).add_crash(crash)
+
+
+def _may_matter(text: str) -> bool:
+    if text[:1] != "[" or not text[1:2].isdigit() or grammar.UNTAGGED.search(text):
+        return True
+    return any(needle in text for needle in grammar.TAGGED_NEEDLES)
+
+
+def _interesting_lines(text: str) -> list[int]:
+    """Indices of untagged lines and of lines holding a needle, ascending, without duplicates."""
+    positions = [match.start() + 1 for match in grammar.UNTAGGED.finditer(text)]
+    if text[:1] != "[" or not text[1:2].isdigit():
+        positions.insert(0, 0)
+    for needle in grammar.TAGGED_NEEDLES:
+        found = text.find(needle)
+        while found >= 0:
+            positions.append(found)
+            found = text.find(needle, found + 1)
+    positions.sort()
+    indices: list[int] = []
+    line, cursor = 0, 0
+    for position in positions:
+        line += text.count("\n", cursor, position)
+        cursor = position
+        if not indices or indices[-1] != line:
+            indices.append(line)
+    return indices
+
+
+def assemble_lines(lines, source: str = "<lines>", batch: int = 4096) -> list[tuple[Crash, ...]]:
+    """Offline: every crash group in `lines` (strings, trailing newlines allowed)."""
+    assembler = Assembler()
+    buffer: list[str] = []
+    number = 1
+    for line in lines:
+        buffer.append(line.rstrip("\r\n"))
+        if len(buffer) >= batch:
+            assembler.feed(LogChunk(source, number, tuple(buffer), 0.0))
+            number += len(buffer)
+            buffer = []
+    if buffer:
+        assembler.feed(LogChunk(source, number, tuple(buffer), 0.0))
+    return assembler.take(0.0, final=True)
+
