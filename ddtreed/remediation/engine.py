@@ -1,0 +1,222 @@
+"""Plan, apply, revert and reconcile remediations; patches are crash-safe through a journal.
+
+Apply: backups → journal (fsync) → atomic writes → record → clear journal. Revert: journal →
+atomic writes of the backup → record → clear journal. A SIGKILL anywhere leaves each target
+file entirely old or entirely new (atomic rename), and `reconcile()` finishes the step.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import structlog
+
+from ..host import Host, sha256_bytes
+from ..records import Application, FileChange, LaunchChange, ServiceContext
+from . import launchplan, patching
+from .catalog import Catalog
+from .store import Store
+
+log = structlog.get_logger(__name__)
+
+# Test hook: `DDTREED_REMEDIATION_KILL_AT=apply:journal` SIGKILLs this process at that step,
+# so the crash-safety tests hit every step deterministically (besides random-time kills).
+_KILL_AT = "DDTREED_REMEDIATION_KILL_AT"
+
+
+class ApplyError(RuntimeError):
+    """A refusal to apply or revert; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    path: str
+    relative: str
+    before: bytes
+    after: bytes
+
+
+@dataclass(frozen=True)
+class Plan:
+    remediation_id: str
+    kind: str
+    applicable: bool
+    reason: str
+    diff: str = ""
+    target: str = ""  # site-packages directory, or "launch"
+    layout: str | None = None
+    version: str | None = None
+    already_applied: bool = False
+    files: tuple[PlannedFile, ...] = ()
+    launch: LaunchChange | None = None  # the argv/env after this step
+    previous: LaunchChange | None = None  # the argv/env before it: the step's inverse
+
+
+def _checkpoint(step: str) -> None:
+    if os.environ.get(_KILL_AT) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _launch_dict(change: LaunchChange | None) -> dict[str, Any] | None:
+    if change is None:
+        return None
+    return {"argv": list(change.argv), "env": dict(change.env), "description": change.description}
+
+
+def _launch(raw: dict[str, Any] | None) -> LaunchChange | None:
+    if raw is None:
+        return None
+    return LaunchChange(argv=tuple(raw["argv"]), env=dict(raw["env"]), description=raw["description"])
+
+
+def to_application(entry: dict[str, Any]) -> Application:
+    files = tuple(FileChange(f["path"], f["before_sha256"], f["after_sha256"], f["backup_path"])
+                  for f in entry["files"])
+    return Application(application_id=entry["application_id"], remediation_id=entry["remediation_id"],
+                       kind=entry["kind"], target=entry["target"], summary=entry["summary"],
+                       files=files, launch=_launch(entry.get("launch")), applied_at=entry["applied_at"])
+
+
+class Engine:
+    def __init__(self, host: Host, state_dir: str, catalog: Catalog):
+        self.host = host
+        self.catalog = catalog
+        self.store = Store(state_dir)
+
+    # ---- planning -------------------------------------------------------------------------
+    def plan(self, remediation_id: str, context: ServiceContext | None = None, *,
+             site_packages: str | None = None, env: Mapping[str, str] | None = None) -> Plan:
+        """What applying would change, and whether it can; never writes anything."""
+        remediation = self.catalog.get(remediation_id)
+        context = context or ServiceContext(site_packages=site_packages)
+        if remediation.kind == "patch":
+            return self._plan_patch(remediation_id, site_packages or context.site_packages)
+        env = dict(env or {})
+        before = LaunchChange(argv=tuple(context.argv), env=env, description="before " + remediation_id)
+        base = dict(remediation_id=remediation_id, kind=remediation.kind, target="launch",
+                    version=context.sglang_version, previous=before)
+        try:
+            if remediation.kind == "args":
+                argv, new_env = launchplan.plan_argv(remediation, context), env
+                diff = launchplan.argv_diff(context.argv, argv)
+            else:
+                argv, new_env = tuple(context.argv), launchplan.plan_env(remediation, env)
+                diff = launchplan.env_diff(env, new_env)
+        except launchplan.NotApplicable as error:
+            return Plan(applicable=False, reason=str(error), **base)
+        after = LaunchChange(argv=argv, env=new_env, description=remediation.title)
+        return Plan(applicable=True, reason=remediation.title, diff=diff, launch=after, **base)
+
+    def _plan_patch(self, remediation_id: str, site_packages: str | None) -> Plan:
+        base = dict(remediation_id=remediation_id, kind="patch", target=site_packages or "")
+        if not site_packages:
+            return Plan(applicable=False, reason="no site-packages directory known for the service", **base)
+        check = patching.check_patch(self.host, site_packages, self.catalog.get(remediation_id))
+        layout = check.layout.name if check.layout else None
+        extra = dict(layout=layout, version=check.version, **base)
+        if check.state == patching.APPLIED:
+            return Plan(applicable=False, reason=check.reason, already_applied=True, **extra)
+        if check.state == patching.REFUSED:
+            return Plan(applicable=False, reason=check.reason, **extra)
+        planned = PlannedFile(check.path, check.layout.target, check.before, check.after)
+        diff = patching.unified_diff(planned.relative, planned.before, planned.after)
+        return Plan(applicable=True, reason=check.reason, diff=diff, files=(planned,), **extra)
+
+    # ---- apply ----------------------------------------------------------------------------
+    def apply(self, plan: Plan, incident_id: int | None = None) -> Application:
+        if not plan.applicable:
+            raise ApplyError(f"{plan.remediation_id}: not applicable: {plan.reason}")
+        application_id = f"{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
+        entry = {"application_id": application_id, "remediation_id": plan.remediation_id,
+                 "kind": plan.kind, "target": plan.target, "summary": plan.reason,
+                 "layout": plan.layout, "version": plan.version, "incident_id": incident_id,
+                 "applied_at": time.time(), "status": "applied", "files": [],
+                 "launch": _launch_dict(plan.launch), "previous": _launch_dict(plan.previous)}
+        with self.store.lock():
+            if plan.kind == "patch":
+                self._apply_files(plan, entry)
+            else:
+                self.store.upsert(entry)
+        log.info("remediation_applied", application_id=application_id,
+                 remediation=plan.remediation_id, target=plan.target, incident=incident_id)
+        return to_application(entry)
+
+    def _apply_files(self, plan: Plan, entry: dict[str, Any]) -> None:
+        application_id = entry["application_id"]
+        for index, planned in enumerate(plan.files):
+            if self.host.read_bytes(planned.path) != planned.before:
+                raise ApplyError(f"{planned.path} changed since the plan was made; plan again")
+            entry["files"].append({
+                "path": planned.path, "relative": planned.relative,
+                "before_sha256": sha256_bytes(planned.before), "after_sha256": sha256_bytes(planned.after),
+                "backup_path": self.store.write_backup(application_id, f"{index}.before", planned.before),
+                "after_path": self.store.write_backup(application_id, f"{index}.after", planned.after)})
+        _checkpoint("apply:backups")
+        self.store.write_journal("apply", entry)
+        _checkpoint("apply:journal")
+        for index, planned in enumerate(plan.files):
+            self.host.write_atomic(planned.path, planned.after)
+            _checkpoint(f"apply:write:{index}")
+        self.store.upsert(entry)
+        _checkpoint("apply:recorded")
+        self.store.clear_journal()
+
+    # ---- revert ---------------------------------------------------------------------------
+    def revert(self, application_id: str, force: bool = False) -> LaunchChange | None:
+        """Undo an application; for args/env, return the launch to go back to."""
+        with self.store.lock():
+            entry = self.store.find(application_id)
+            if entry is None:
+                raise ApplyError(f"no application {application_id!r} in {self.store.applications_path}")
+            if entry["status"] != "applied":
+                raise ApplyError(f"application {application_id} is already {entry['status']}")
+            if entry["kind"] == "patch":
+                self._revert_files(entry, force)
+            else:
+                entry.update(status="reverted", reverted_at=time.time())
+                self.store.upsert(entry)
+        log.info("remediation_reverted", application_id=application_id, remediation=entry["remediation_id"])
+        return _launch(entry.get("previous"))
+
+    def _revert_files(self, entry: dict[str, Any], force: bool) -> None:
+        for change in entry["files"]:
+            current = sha256_bytes(self.host.read_bytes(change["path"]))
+            if current not in (change["after_sha256"], change["before_sha256"]) and not force:
+                raise ApplyError(f"{change['path']} changed since ddtreed patched it (sha256 {current[:12]}…, "
+                                 f"expected {change['after_sha256'][:12]}…); use --force to restore anyway")
+        self.store.write_journal("revert", entry)
+        _checkpoint("revert:journal")
+        for index, change in enumerate(entry["files"]):
+            self.host.write_atomic(change["path"], self.store.read_backup(change["backup_path"]))
+            _checkpoint(f"revert:write:{index}")
+        entry.update(status="reverted", reverted_at=time.time())
+        self.store.upsert(entry)
+        _checkpoint("revert:recorded")
+        self.store.clear_journal()
+
+    # ---- status and recovery --------------------------------------------------------------
+    def history(self) -> list[dict[str, Any]]:
+        """Every application with its status and, for patches, the file's hash now."""
+        entries = self.store.entries()
+        for entry in entries:
+            for change in entry["files"]:
+                try:
+                    change["current_sha256"] = sha256_bytes(self.host.read_bytes(change["path"]))
+                except OSError:
+                    change["current_sha256"] = None
+        return entries
+
+    def status(self) -> list[Application]:
+        return [to_application(e) for e in self.store.entries() if e["status"] == "applied"]
+
+    def reconcile(self) -> list[str]:
+        """Finish or undo an operation a kill interrupted; one sentence per thing done."""
+        from .recovery import reconcile
+
+        with self.store.lock():
+            return reconcile(self.host, self.store)

@@ -1,0 +1,98 @@
+"""Journal replay at start: an interrupted apply is undone unless every file was already
+written (then it is recorded); an interrupted revert is completed. Files that match neither
+the old nor the new bytes were changed by someone else and are left alone, and said so."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import structlog
+
+from ..host import Host, sha256_bytes
+from .store import Store
+
+log = structlog.get_logger(__name__)
+
+
+def _current(host: Host, path: str) -> str | None:
+    try:
+        return sha256_bytes(host.read_bytes(path))
+    except FileNotFoundError:
+        return None
+
+
+def _restore(host: Host, store: Store, changes: list[dict[str, Any]]) -> list[str]:
+    """Put the pre-image back where the new bytes are; return the paths left alone (foreign)."""
+    foreign = []
+    for change in changes:
+        now = _current(host, change["path"])
+        if now == change["after_sha256"]:
+            host.write_atomic(change["path"], store.read_backup(change["backup_path"]))
+        elif now != change["before_sha256"]:
+            foreign.append(change["path"])
+    return foreign
+
+
+def _finish_apply(host: Host, store: Store, entry: dict[str, Any]) -> str:
+    changes = entry["files"]
+    states = [_current(host, c["path"]) for c in changes]
+    name = f"apply of {entry['remediation_id']} ({entry['application_id']})"
+    if changes and all(now == c["after_sha256"] for now, c in zip(states, changes)):
+        if store.find(entry["application_id"]) is None:
+            store.upsert(entry)
+        return f"finished the interrupted {name}: every file already had the new bytes; recorded it"
+    foreign = _restore(host, store, changes)
+    store.drop_backups(entry["application_id"])
+    sentence = f"undid the interrupted {name}: restored the original bytes"
+    if foreign:
+        sentence += f"; left {', '.join(foreign)} alone (changed by something else)"
+    return sentence
+
+
+def _finish_revert(host: Host, store: Store, entry: dict[str, Any]) -> str:
+    foreign = _restore(host, store, entry["files"])
+    entry.update(status="reverted", reverted_at=time.time())
+    store.upsert(entry)
+    sentence = (f"completed the interrupted revert of {entry['remediation_id']} "
+                f"({entry['application_id']}): original bytes restored")
+    if foreign:
+        sentence += f"; left {', '.join(foreign)} alone (changed by something else)"
+    return sentence
+
+
+def _drift(host: Host, store: Store) -> list[str]:
+    """Applied patches whose file no longer carries ddtreed's bytes (e.g. sglang reinstalled)."""
+    notes = []
+    for entry in store.entries():
+        if entry["status"] != "applied" or entry["kind"] != "patch":
+            continue
+        states = [_current(host, c["path"]) for c in entry["files"]]
+        if all(now == c["after_sha256"] for now, c in zip(states, entry["files"])):
+            continue
+        pristine = all(now == c["before_sha256"] for now, c in zip(states, entry["files"]))
+        entry.update(status="undone-externally" if pristine else "overwritten", reverted_at=time.time())
+        store.upsert(entry)
+        what = "back to the original bytes" if pristine else "replaced by other bytes"
+        notes.append(f"application {entry['application_id']} ({entry['remediation_id']}) is no longer "
+                     f"in place: its file is {what}; marked {entry['status']}")
+    return notes
+
+
+def reconcile(host: Host, store: Store) -> list[str]:
+    done = []
+    journal = store.journal()
+    if journal is not None:
+        entry = journal["entry"]
+        if journal["operation"] == "apply":
+            done.append(_finish_apply(host, store, entry))
+        else:
+            done.append(_finish_revert(host, store, entry))
+        store.clear_journal()
+    for orphan in store.orphan_backups():
+        store.drop_backups(orphan)
+    done.extend(_drift(host, store))
+    for sentence in done:
+        log.warning("remediation_reconciled", detail=sentence, pid=os.getpid())
+    return done

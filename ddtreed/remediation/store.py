@@ -1,0 +1,104 @@
+"""The remediation state on disk: applications, backups and the intent journal.
+
+Layout under `<state_dir>/remediation/`: `applications.json` (every application, applied or
+reverted), `backups/<application_id>/<n>.before|.after` (exact bytes), `journal.json` (the one
+operation in flight, written and fsync'd before any target file is touched), `lock`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..host import write_atomic
+
+
+class Store:
+    def __init__(self, state_dir: str | os.PathLike[str]):
+        self.root = Path(state_dir) / "remediation"
+        self.applications_path = self.root / "applications.json"
+        self.journal_path = self.root / "journal.json"
+
+    def _ensure(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """One writer at a time (daemon and CLI may share a state dir)."""
+        self._ensure()
+        with open(self.root / "lock", "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def entries(self) -> list[dict[str, Any]]:
+        try:
+            raw = json.loads(self.applications_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return []
+        return list(raw.get("applications", []))
+
+    def save(self, entries: list[dict[str, Any]]) -> None:
+        self._ensure()
+        data = json.dumps({"applications": entries}, indent=1, sort_keys=True).encode()
+        write_atomic(str(self.applications_path), data, 0o600)
+
+    def find(self, application_id: str) -> dict[str, Any] | None:
+        return next((e for e in self.entries() if e["application_id"] == application_id), None)
+
+    def upsert(self, entry: dict[str, Any]) -> None:
+        entries = [e for e in self.entries() if e["application_id"] != entry["application_id"]]
+        self.save(entries + [entry])
+
+    def write_backup(self, application_id: str, name: str, data: bytes) -> str:
+        directory = self.root / "backups" / application_id
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = directory / name
+        write_atomic(str(path), data, 0o600)
+        return str(path)
+
+    def read_backup(self, path: str) -> bytes:
+        return Path(path).read_bytes()
+
+    def drop_backups(self, application_id: str) -> None:
+        shutil.rmtree(self.root / "backups" / application_id, ignore_errors=True)
+
+    def orphan_backups(self) -> list[str]:
+        """Backup folders no application and no journal refers to (a kill before the journal)."""
+        folder = self.root / "backups"
+        if not folder.is_dir():
+            return []
+        known = {e["application_id"] for e in self.entries()}
+        journal = self.journal()
+        if journal:
+            known.add(journal["entry"]["application_id"])
+        return sorted(p.name for p in folder.iterdir() if p.name not in known)
+
+    def journal(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.journal_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+
+    def write_journal(self, operation: str, entry: dict[str, Any]) -> None:
+        self._ensure()
+        data = json.dumps({"operation": operation, "entry": entry}, sort_keys=True).encode()
+        write_atomic(str(self.journal_path), data, 0o600)
+
+    def clear_journal(self) -> None:
+        try:
+            os.unlink(self.journal_path)
+        except FileNotFoundError:
+            return
+        directory = os.open(self.root, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
