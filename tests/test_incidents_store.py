@@ -246,3 +246,56 @@ def test_create_false_refuses_a_missing_database(tmp_path):
         Store(database_path(tmp_path / "none"), create=False)
     assert error.value.reason == "missing"
     assert not (tmp_path / "none").exists()
+
+
+def test_prune_keeps_the_newest_open_and_patched_incidents(store):
+    patched = record_founding(store, detected_at=10.0)
+    closed = []
+    for n in range(30):
+        incident_id = store.open_incident("crash", founding_crashes(1), detected_at=100.0 + n)
+        store.finish(incident_id, "escalated", "crash loop", at=100.5 + n)
+        closed.append(incident_id)
+    still_open = store.open_incident("crash", founding_crashes(1), detected_at=50.0)
+    assert store.prune(keep=5) == 25
+    remaining = {row["id"] for row in store.list_incidents(limit=100)}
+    assert remaining == set(closed[-5:]) | {patched, still_open}
+    assert store.db.execute("SELECT COUNT(*) FROM steps WHERE incident_id NOT IN "
+                            "(SELECT id FROM incidents)").fetchone()[0] == 0
+    assert store.prune(keep=5) == 0
+
+
+def test_nested_atomic_blocks_commit_or_roll_back_together(store):
+    with pytest.raises(RuntimeError):
+        with store.atomic():
+            incident_id = store.open_incident("crash", founding_crashes(1))
+            store.add_step(incident_id, "diagnosed", "inside the same transaction")
+            raise RuntimeError("abandon both")
+    assert store.list_incidents() == []
+    with store.atomic():
+        incident_id = store.open_incident("crash", founding_crashes(1))
+        store.add_step(incident_id, "diagnosed", "kept")
+    assert [s["step"] for s in store.get(incident_id)["steps"]] == ["detected", "diagnosed"]
+
+
+def test_a_metrics_thread_reads_while_the_daemon_thread_writes(store):
+    import threading
+
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def scrape():
+        try:
+            while not stop.is_set():
+                store.counts()
+        except BaseException as error:  # surfaced by the assert below
+            errors.append(error)
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        for _ in range(100):
+            store.add_step(store.open_incident("crash", founding_crashes(1)), "diagnosed")
+    finally:
+        stop.set()
+        scraper.join(timeout=30)
+    assert errors == [] and store.counts()["incidents_total"] == 100

@@ -109,6 +109,22 @@ class IncidentsMixin(StoreBase):
                    frozen=frozen, durations=durations(row, steps))
         return _with_duration(row)
 
+    def prune(self, keep: int = 1000) -> int:
+        """Delete the oldest closed incidents beyond the newest `keep` (a crash loop must not fill
+        the disk); incidents an application refers to are kept with their patch hashes."""
+        with self.atomic() as db:
+            doomed = [row[0] for row in db.execute(
+                "SELECT id FROM incidents WHERE status != 'open' AND id NOT IN "
+                "(SELECT incident_id FROM applications WHERE incident_id IS NOT NULL) "
+                "AND id NOT IN (SELECT id FROM incidents ORDER BY started_at DESC, id DESC LIMIT ?)",
+                [int(keep)]).fetchall()]
+            for start in range(0, len(doomed), 500):  # SQLite caps the number of parameters
+                chunk = doomed[start:start + 500]
+                marks = ", ".join("?" * len(chunk))
+                db.execute(f"DELETE FROM steps WHERE incident_id IN ({marks})", chunk)
+                db.execute(f"DELETE FROM incidents WHERE id IN ({marks})", chunk)
+        return len(doomed)
+
     def _update(self, incident_id: int, **values: Any) -> None:
         with self.atomic() as db:
             self._require(db, "incident", incident_id)
