@@ -11,7 +11,7 @@ from typing import Any, Collection, Iterable
 
 from ..records import CATEGORIES
 from .expression import ExpressionError, compile_expression
-from .model import CONTEXT_NAMES, Conditions, Rule, short_exception, template_fields
+from .model import CONTEXT_NAMES, CRASH_NAMES, Conditions, Rule, short_exception, template_fields
 
 REQUIRED = ("id", "category", "title", "meaning", "match", "diagnosis")
 OPTIONAL = ("when", "precise", "remediations", "advice", "sglang_versions", "references", "priority")
@@ -256,7 +256,7 @@ class _Fields:
         except ExpressionError as error:
             self._bad(key, f"bad expression {source!r}: {error}")
             return None
-        known = CONTEXT_NAMES | group_names
+        known = CONTEXT_NAMES | CRASH_NAMES | group_names
         for name in sorted(expression.names):
             if name not in known and not re.fullmatch(r"n\d+", name):
                 self._bad(key, f"unknown name {name!r} (context: {', '.join(sorted(CONTEXT_NAMES))}; "
@@ -281,7 +281,7 @@ def _conditions(match: Any, where: _Where, problems: list[str]) -> tuple[Conditi
     conditions = Conditions(
         kinds=tuple(kinds),
         exceptions=tuple(short_exception(n) for n in reader.names("exception")),
-        message=reader.regex("message"), wrapper=reader.regex("wrapper"),
+        messages=tuple(reader.regexes("message")), wrapper=reader.regex("wrapper"),
         inner_exceptions=tuple(short_exception(n) for n in reader.names("inner_exception")),
         inner_message=reader.regex("inner_message"), prefix=reader.regex("prefix"),
         frames=tuple(reader.regexes("frames")), frames_absent=tuple(reader.regexes("frames_absent")),

@@ -66,7 +66,7 @@ class Conditions:
 
     kinds: tuple[str, ...] = ()
     exceptions: tuple[str, ...] = ()  # short names
-    message: re.Pattern[str] | None = None  # same error as `exceptions`, searched
+    messages: tuple[re.Pattern[str], ...] = ()  # any of them, on the same error as `exceptions`
     wrapper: re.Pattern[str] | None = None
     inner_exceptions: tuple[str, ...] = ()
     inner_message: re.Pattern[str] | None = None
@@ -79,7 +79,7 @@ class Conditions:
     @property
     def weight(self) -> int:
         """How many conditions: the more specific rule wins a priority tie."""
-        counted = (self.kinds, self.exceptions, self.message, self.wrapper, self.inner_exceptions,
+        counted = (self.kinds, self.exceptions, self.messages, self.wrapper, self.inner_exceptions,
                    self.inner_message, self.prefix, self.exit_codes, self.signals)
         return sum(1 for value in counted if value) + len(self.frames) + len(self.frames_absent)
 
@@ -103,22 +103,23 @@ class Conditions:
         return held, f"kind {crash.kind!r} {'in' if held else 'not in'} {list(self.kinds)}"
 
     def _error(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
-        if not self.exceptions and self.message is None:
+        if not self.exceptions and not self.messages:
             return True, ""
         for error in view.errors:
             if self.exceptions and error.short not in self.exceptions:
                 continue
-            found = self.message.search(error.message) if self.message else None
-            if self.message is not None and not found:
-                continue
-            if found:
-                params.update(_groups(found))
-            return True, f"{error.role} error {error.exception or '(none)'} matches" + (
-                f" /{self.message.pattern}/" if self.message else "")
-        names = [e.exception or "(none)" for e in view.errors]
+            if not self.messages:
+                return True, f"{error.role} error {error.exception} is one of {list(self.exceptions)}"
+            for pattern in self.messages:
+                found = pattern.search(error.message)
+                if found:
+                    params.update(_groups(found))
+                    return True, f"{error.role} error {error.exception or '(no type)'} matches /{pattern.pattern}/"
+        names = [e.exception or "(no type)" for e in view.errors]
         wanted = f"exception in {list(self.exceptions)}" if self.exceptions else ""
-        if self.message is not None:
-            wanted = (wanted + " with " if wanted else "") + f"message /{self.message.pattern}/"
+        if self.messages:
+            shown = " or ".join(f"/{p.pattern}/" for p in self.messages)
+            wanted = (wanted + " with " if wanted else "") + f"message {shown}"
         return False, f"no error in the chain {names} has {wanted}"
 
     def _wrapper(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
@@ -150,8 +151,11 @@ class Conditions:
 
     def _frames(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
         for pattern in self.frames:
-            if not any(pattern.search(frame) for frame in view.frames):
+            # Innermost first: the frame nearest the error names it best.
+            found = next((hit for hit in map(pattern.search, reversed(view.frames)) if hit), None)
+            if not found:
                 return False, f"no frame matches /{pattern.pattern}/"
+            params.update(_groups(found))
         for pattern in self.frames_absent:
             hit = next((frame for frame in view.frames if pattern.search(frame)), None)
             if hit:
@@ -168,6 +172,19 @@ class Conditions:
             code - 128 if code is not None and code > 128 else None)
         held = (code in self.exit_codes) or (signal is not None and signal in self.signals)
         return held, f"exit code {code} {'matches' if held else 'does not match'}"
+
+
+CRASH_NAMES = frozenset({"exit_code", "signal"})
+
+
+def crash_values(crash: Crash) -> dict[str, Any]:
+    """Values from the crash record itself that templates and `when` may name."""
+    values: dict[str, Any] = {}
+    if crash.exit_code is not None:
+        values["exit_code"] = crash.exit_code
+        if crash.exit_code < 0:
+            values["signal"] = -crash.exit_code
+    return values
 
 
 def _groups(found: re.Match[str]) -> dict[str, Any]:
@@ -207,7 +224,7 @@ class Rule:
         held, reasons, captured = self.conditions.test(view)
         if not held:
             return None, Explanation(self.id, False, tuple(reasons))
-        values = {**params, **captured}
+        values = {**crash_values(view.crash), **params, **captured}
         names = {**(context.variables() if context else {}), **values}
         precise = False
         if self.when is not None:
