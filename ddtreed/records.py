@@ -222,6 +222,7 @@ class HealthResult:
     accept_length: float | None = None
     output_text: str | None = None
     elapsed_s: float = 0.0
+    completion_tokens: int | None = None  # meta_info.completion_tokens of a /generate probe
 
 
 @dataclass(frozen=True)
