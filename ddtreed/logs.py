@@ -84,9 +84,9 @@ class Follower:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
+            # An event only says "look": it may be for our own open or a write already read.
             step = remaining if self._watcher.complete else min(remaining, self._poll_interval_s)
-            if self._changed.wait(step):
-                return True
+            self._changed.wait(step)
 
     def close(self) -> None:
         self._watcher.close()
@@ -330,6 +330,8 @@ class _Handler(FileSystemEventHandler):
         self._changed = changed
 
     def on_any_event(self, event) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return  # our own reads
         for path in (event.src_path, getattr(event, "dest_path", "")):
             if isinstance(path, bytes):
                 path = os.fsdecode(path)
