@@ -1,0 +1,187 @@
+"""SshHost (the Host seam over SSH) against a real sshd on loopback: spawn, signals, files, follow, tunnel."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import signal
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import sshd
+from ddtreed.fleet import load_inventory
+from ddtreed.fleet.remote_host import SshHost
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not sshd.available(), reason="needs root and /usr/sbin/sshd (.ci/sshd-setup.sh)")]
+
+
+def wait_until(condition, deadline_s: float = 10.0, what: str = "condition"):
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not reached within {deadline_s}s")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    running = sshd.start_test_fleet(tmp_path_factory.mktemp("sshd"))
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def host(fleet):
+    entry = load_inventory(fleet.inventory()).get("healthy")
+    with SshHost(entry) as ssh_host:
+        yield ssh_host
+
+
+def test_spawn_runs_in_own_session_with_env_and_cwd(host, tmp_path):
+    process = host.spawn(["sh", "-c", "echo \"cwd=$(pwd) token=$SERVICE_TOKEN\"; exec sleep 60"],
+                         {**os.environ, "SERVICE_TOKEN": "a b;c"}, str(tmp_path),
+                         str(tmp_path / "out.log"), str(tmp_path / "err.log"))
+    try:
+        wait_until(lambda: "token=" in (tmp_path / "out.log").read_text(), what="service output")
+        assert (tmp_path / "out.log").read_text() == f"cwd={tmp_path} token=a b;c\n"
+        assert os.getsid(process.pid) == process.pid == os.getpgid(process.pid)
+        assert process.poll() is None
+        assert process.signal_group(signal.SIGTERM) is True
+        assert process.wait(10) == sshd_exit(signal=signal.SIGTERM)
+        assert process.signal_group(signal.SIGTERM) is False  # already gone
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def sshd_exit(code=None, signal=None):
+    from ddtreed.records import ExitStatus
+
+    return ExitStatus(code=code, signal=signal)
+
+
+def test_exit_code_and_kill_reach_the_caller(host, tmp_path):
+    out, err = str(tmp_path / "o"), str(tmp_path / "e")
+    assert host.spawn(["sh", "-c", "echo boom >&2; exit 3"], {}, None, out, err).wait(10) == sshd_exit(code=3)
+    assert (tmp_path / "e").read_text() == "boom\n"
+    stubborn = host.spawn(["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"], {}, None, out, err)
+    assert stubborn.signal_group(signal.SIGTERM)
+    assert stubborn.wait(0.5) is None  # ignores TERM
+    assert stubborn.signal_group(signal.SIGKILL)
+    assert stubborn.wait(10) == sshd_exit(signal=signal.SIGKILL)
+
+
+def test_sweep_kills_what_survives_in_the_session(host, tmp_path):
+    leader = host.spawn(["sh", "-c", "sleep 60 & sleep 60 & wait"], {}, None,
+                        str(tmp_path / "o"), str(tmp_path / "e"))
+    children = wait_until(lambda: [pid for pid in _pids_in_session(leader.pid) if pid != leader.pid],
+                          what="children started")
+    os.kill(leader.pid, signal.SIGKILL)  # the leader dies; its children linger in the session
+    assert leader.wait(10) == sshd_exit(signal=signal.SIGKILL)
+    killed = host.sweep_session(leader.pid, ("sglang::*",))
+    assert set(children) <= set(killed)
+    wait_until(lambda: not _pids_in_session(leader.pid), what="session empty")
+
+
+def _pids_in_session(session_id: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getsid(int(entry)) == session_id:
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                    if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                        pids.append(int(entry))
+            except (ProcessLookupError, FileNotFoundError):
+                pass
+    return pids
+
+
+def test_files_over_sftp(host, tmp_path):
+    target = tmp_path / "dir" / "patched.py"
+    host.makedirs(str(target.parent))
+    host.write_atomic(str(target), b"first\n", 0o600)
+    assert target.read_bytes() == b"first\n" and target.stat().st_mode & 0o777 == 0o600
+    host.write_atomic(str(target), b"second\n")  # keeps the existing mode
+    assert target.read_bytes() == b"second\n" and target.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in target.parent.iterdir()) == ["patched.py"]  # no temp files left
+    assert host.read_bytes(str(target)) == b"second\n"
+    assert host.exists(str(target)) and not host.exists(str(tmp_path / "nope"))
+    (tmp_path / "link").symlink_to(target)
+    assert host.realpath(str(tmp_path / "link")) == str(target)
+    host.remove(str(target))
+    host.remove(str(target))  # absent is fine
+    assert not target.exists()
+    with pytest.raises(FileNotFoundError):
+        host.read_bytes(str(target))
+
+
+def test_follower_sees_appended_lines_per_file(host, tmp_path):
+    first, second = tmp_path / "out.log", tmp_path / "err.log"
+    first.write_text("old line, before following\n")
+    follower = host.open_follower([str(first), str(second)])
+    try:
+        with first.open("a") as handle:
+            handle.write("one\ntwo\n")
+        with second.open("ab") as handle:  # created after following began; invalid UTF-8 and a long line
+            handle.write(b"bad \xff byte\n" + b"x" * 70000 + b"\n")
+        received: list = []
+        wait_until(lambda: received.extend(follower.read() if follower.wait(0.5) else []) or
+                   sum(len(chunk.lines) for chunk in received) >= 4, what="four lines")
+        by_source = {}
+        for chunk in received:
+            by_source.setdefault(chunk.source, []).extend(chunk.lines)
+        assert by_source[str(first)] == ["one", "two"]
+        assert by_source[str(second)][0] == "bad \ufffd byte"
+        assert by_source[str(second)][1] == "x" * 65536  # capped
+        assert [c.first_number for c in received if c.source == str(first)][0] == 1
+    finally:
+        follower.close()
+
+
+def test_tunnel_reaches_a_local_http_server_and_port_in_use(host):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        url = host.http_base_url("127.0.0.1", port)
+        assert url.startswith("http://127.0.0.1:") and not url.endswith(f":{port}")
+        with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
+            assert (response.status, response.read()) == (200, b"healthy via /health")
+        assert host.http_base_url("127.0.0.1", port) == url  # one tunnel per remote port
+        assert host.port_in_use("127.0.0.1", port) is True
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert host.port_in_use("127.0.0.1", port) is False
+    assert host.gpu_holders() == []  # no nvidia-smi on this machine
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"healthy via {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_run_quotes_arguments_and_reports_exit_codes(host):
+    hostile = "$(touch /tmp/ddtreed-fleet-injected); echo pwned"
+    result = host.run(["printf", "%s|", hostile, "two words"], 10)
+    assert (result.returncode, result.stdout) == (0, f"{hostile}|two words|")
+    assert not os.path.exists("/tmp/ddtreed-fleet-injected")
+    assert host.run(["sh", "-c", "exit 7"], 10).returncode == 7
+    assert host.run(["no-such-program-ddtreed"], 10).returncode == 127
+    assert host.run(["sleep", "5"], 0.5).returncode == 124
