@@ -141,3 +141,25 @@ def test_the_console_command_in_a_real_process(state):
                            "show", "1"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "incident 1: resolved" in done.stdout
+
+
+def test_show_names_wrapped_errors_exit_codes_and_causes(tmp_path, capsys):
+    from ddtreed.records import Crash
+
+    cause = Crash(kind="traceback", exception="torch.AcceleratorError",
+                  message="CUDA error: an illegal memory access was encountered")
+    wrapped = Crash(kind="traceback", exception="Exception",
+                    message="Capture cuda graph failed: RuntimeError: CUDA error: out of memory",
+                    rank="TP1", wrapper="Capture cuda graph failed", inner_exception="RuntimeError",
+                    inner_message="CUDA error: out of memory", chained=(cause,))
+    death = Crash(kind="child-death", exception=None, message="Subprocess scheduler_0 crashed",
+                  exit_code=-9)
+    with Store(database_path(tmp_path)) as store:
+        incident_id = store.open_incident("crash", (wrapped, death))
+    code, out, _ = run(capsys, "incidents", "show", str(incident_id), "--state-dir", str(tmp_path))
+    assert code == 0
+    assert "  [TP1] traceback: Exception: Capture cuda graph failed" in out
+    assert "    wraps RuntimeError: CUDA error: out of memory" in out
+    assert "    after: torch.AcceleratorError: CUDA error: an illegal memory access" in out
+    assert "  [untagged] child-death: Subprocess scheduler_0 crashed" in out
+    assert "    exit code -9" in out

@@ -73,7 +73,8 @@ def _header(incident: Mapping[str, Any]) -> list[str]:
         frozen = "  (auto-remediation frozen)" if incident.get("frozen") else ""
         lines.append(f"  signature: {incident['fingerprint']}{frozen}")
     if incident.get("exception") or incident.get("message"):
-        lines.append(f"  error:     {incident.get('exception') or ''}: {incident.get('message') or ''}")
+        error = ": ".join(part for part in (incident.get("exception"), incident.get("message")) if part)
+        lines.append(f"  error:     {error}")
     return lines
 
 
@@ -104,7 +105,9 @@ def _tracebacks(crashes: list[Mapping[str, Any]]) -> list[str]:
     for (exception, message), members in groups.items():
         ranks = ", ".join(c.get("rank") or "untagged" for c in members)
         first = members[0]
-        lines.append(f"  [{ranks}] {first.get('kind')}: {exception or ''}: {message}")
+        error = f"{exception}: {message}" if exception else message
+        lines.append(f"  [{ranks}] {first.get('kind')}: {error}")
+        lines += _crash_notes(first)
         frames = first.get("frames") or []
         if len(frames) > FRAMES_SHOWN:
             lines.append(f"    ... {len(frames) - FRAMES_SHOWN} outer frames")
@@ -114,6 +117,18 @@ def _tracebacks(crashes: list[Mapping[str, Any]]) -> list[str]:
             lines.append(f"    (log {first['source']} lines {first.get('first_line')}-"
                          f"{first.get('last_line')})")
     return lines
+
+
+def _crash_notes(crash: Mapping[str, Any]) -> list[str]:
+    """What the one-line summary leaves out: the wrapped error, the exit code, the causes."""
+    notes = []
+    if crash.get("inner_exception"):
+        notes.append(f"    wraps {crash['inner_exception']}: {crash.get('inner_message') or ''}".rstrip())
+    if crash.get("exit_code") is not None:
+        notes.append(f"    exit code {crash['exit_code']}")
+    for cause in crash.get("chained") or []:
+        notes.append(f"    after: {cause.get('exception') or ''}: {cause.get('message') or ''}")
+    return notes
 
 
 def _steps(incident: Mapping[str, Any]) -> list[str]:
