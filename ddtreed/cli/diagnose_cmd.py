@@ -1,5 +1,207 @@
-"""Command group placeholder: its owner replaces this module with real commands."""
+"""`ddtreed diagnose` (offline: what the daemon would conclude) and `ddtreed rules list|check|test`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .common import CliError, add_config, add_json, load_config, print_json, table
 
 
 def register(commands) -> None:
-    return None
+    diagnose = commands.add_parser(
+        "diagnose", help="diagnose crashes in SGLang log files (offline; nothing is applied)",
+        description="Assemble the crashes in each log file and say what ddtreed would conclude and "
+                    "try. --config adds the launch context, which makes diagnoses precise.")
+    diagnose.add_argument("logfiles", nargs="+", metavar="LOGFILE")
+    add_config(diagnose)
+    add_json(diagnose)
+    diagnose.add_argument("--explain", action="store_true",
+                          help="show how each signature was built and why each rule matched or not")
+    _add_rules_dir(diagnose)
+    diagnose.set_defaults(handler=run_diagnose)
+
+    rules = commands.add_parser("rules", help="list, check and test rule files")
+    sub = rules.add_subparsers(dest="rules_command", metavar="SUBCOMMAND", required=True)
+    listing = sub.add_parser("list", help="list the loaded rules")
+    _add_rules_dir(listing)
+    add_json(listing)
+    listing.set_defaults(handler=run_list)
+    check = sub.add_parser("check", help="validate rule files (exit 1 with file:line errors)")
+    _add_rules_dir(check)
+    check.add_argument("--remediations-dir", action="append", metavar="DIR",
+                       help="remediation catalog to check ids against (default: the shipped one)")
+    add_json(check)
+    check.set_defaults(handler=run_check)
+    test = sub.add_parser("test", help="show whether and how the rules of one file match a log")
+    test.add_argument("rule_file", metavar="RULE_FILE")
+    test.add_argument("logfile", metavar="LOGFILE")
+    add_config(test)
+    test.set_defaults(handler=run_test)
+
+
+def _add_rules_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rules-dir", action="append", metavar="DIR",
+                        help="rule directory or file (repeatable; default: the config's, else the shipped rules/)")
+
+
+def _quiet_logs() -> None:
+    # Library logs go to stderr so that stdout stays clean for --json consumers.
+    from ..logsetup import configure
+
+    configure(json_output=False, level="warning", stream=sys.stderr)
+
+
+def _rules_dirs(args: argparse.Namespace, config=None) -> list[str]:
+    from ..paths import shipped
+
+    if args.rules_dir:
+        return list(args.rules_dir)
+    if config is not None and config.paths.rules_dirs:
+        return list(config.paths.rules_dirs)
+    return [str(shipped("rules"))]
+
+
+def _load_rules(dirs: list[str]):
+    from ..rules import RuleError, load_rules
+
+    try:
+        return load_rules(dirs)
+    except RuleError as error:
+        raise CliError(str(error), exit_code=2) from None
+
+
+def _context(config):
+    if config is None:
+        return None
+    from ..context import service_context
+    from ..fleet import host_for
+
+    return service_context(config, host_for(config))
+
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise CliError(f"{path}: no such log file") from None
+    except IsADirectoryError:
+        raise CliError(f"{path}: is a directory, not a log file") from None
+    except OSError as error:
+        raise CliError(f"{path}: cannot read: {error.strerror}") from None
+    return data.decode("utf-8", errors="replace").splitlines()
+
+
+def diagnose_file(path: str, rules, context) -> list:
+    """Diagnoses of every crash group in one log file, in log order."""
+    from ..tracebacks import assemble_lines
+
+    return [rules.diagnose(group, context) for group in assemble_lines(_read_lines(path), path)]
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    from ..rules.explain import incident_dict, incident_text
+
+    _quiet_logs()
+    config = load_config(args.config)
+    rules = _load_rules(_rules_dirs(args, config))
+    context = _context(config)
+    for path in args.logfiles:
+        _read_lines(path)  # fail on a missing file before printing anything for it
+    for path in args.logfiles:
+        diagnoses = diagnose_file(path, rules, context)
+        if args.json:
+            print_json({"path": path, "incidents": [incident_dict(d) for d in diagnoses]})
+            continue
+        print(f"{path}: {len(diagnoses)} incident(s)" + ("" if context else " (no --config: category-level diagnosis)"))
+        for number, diagnosis in enumerate(diagnoses, 1):
+            print("\n".join(incident_text(number, diagnosis, args.explain)))
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    _quiet_logs()
+    rules = _load_rules(_rules_dirs(args))
+    if args.json:
+        print_json([_rule_dict(rule) for rule in rules.rules])
+        return 0
+    rows = [[r.id, r.category, str(r.priority), "yes" if r.precise else "", ", ".join(r.remediations) or "(advice)"]
+            for r in rules.rules]
+    print(table(rows, ["id", "category", "priority", "precise", "remediations"]))
+    return 0
+
+
+def _rule_dict(rule) -> dict:
+    return {
+        "id": rule.id, "category": rule.category, "title": rule.title, "meaning": rule.meaning,
+        "priority": rule.priority, "precise": rule.precise,
+        "when": rule.when.source if rule.when else None, "remediations": list(rule.remediations),
+        "advice": rule.advice, "sglang_versions": rule.sglang_versions,
+        "references": list(rule.references), "source": f"{rule.source}:{rule.line}",
+    }
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from ..paths import shipped
+    from ..rules import RuleError, remediation_ids_in, rule_files
+    from ..rules.loader import parse_files
+
+    _quiet_logs()
+    files = rule_files(_rules_dirs(args))
+    remediation_ids = remediation_ids_in(args.remediations_dir or [str(shipped("remediations"))])
+    try:
+        rules = parse_files(files, remediation_ids)
+    except RuleError as error:
+        if args.json:
+            print_json({"ok": False, "files": len(files), "problems": error.problems})
+        else:
+            print("\n".join(error.problems), file=sys.stderr)
+        return 1
+    if args.json:
+        print_json({"ok": True, "files": len(files), "rules": len(rules), "problems": []})
+    else:
+        checked = "checked against" if remediation_ids is not None else "no remediation catalog to check"
+        print(f"ok: {len(rules)} rule(s) in {len(files)} file(s); remediation ids {checked}"
+              + (f" {len(remediation_ids)} known ids" if remediation_ids is not None else ""))
+    return 0
+
+
+def run_test(args: argparse.Namespace) -> int:
+    from ..rules import RuleError, RuleSet
+    from ..rules.loader import parse_files
+    from ..rules.model import CrashView
+    from ..signature import signature_of
+    from ..tracebacks import assemble_lines
+
+    _quiet_logs()
+    try:
+        rules = RuleSet(parse_files([Path(args.rule_file)]))
+    except RuleError as error:
+        raise CliError(str(error), exit_code=2) from None
+    context = _context(load_config(args.config))
+    groups = assemble_lines(_read_lines(args.logfile), args.logfile)
+    print(f"{args.logfile}: {len(groups)} crash group(s); {len(rules)} rule(s) from {args.rule_file}")
+    matched_any = False
+    for number, group in enumerate(groups, 1):
+        for crash in group:
+            signature = signature_of(crash)
+            print(f"group {number} {crash.rank or 'untagged'} lines {crash.first_line}-{crash.last_line}: "
+                  f"{crash.exception or crash.kind}: {crash.message.splitlines()[0][:160] if crash.message else ''}")
+            for rule in rules.rules:
+                match, explanation = rule.evaluate(CrashView.of(crash), signature.params, context)
+                matched_any |= match is not None
+                print(_test_line(rule.id, explanation, match))
+    return 0 if matched_any else 1
+
+
+def _test_line(rule_id: str, explanation, match) -> str:
+    lines = [f"  {'MATCH' if match else 'no   '} {rule_id}"]
+    lines.extend(f"      - {reason}" for reason in explanation.reasons)
+    if match is not None:
+        lines.append(f"      category:     {match.category}{' (precise)' if match.precise else ''}")
+        lines.append(f"      diagnosis:    {match.diagnosis}")
+        lines.append(f"      params:       {dict(match.params)}")
+        lines.append(f"      remediations: {', '.join(match.remediations) or '(advice only)'}")
+    return "\n".join(lines)

@@ -229,7 +229,7 @@ class Rule:
         precise = False
         if self.when is not None:
             verdict = self.when.evaluate(names)
-            shown = ", ".join(f"{n}={names.get(n, 'unknown')!r}" for n in sorted(self.when.names))
+            shown = ", ".join(f"{n}={_shown(names.get(n))}" for n in sorted(self.when.names))
             if verdict is False:
                 return None, Explanation(self.id, False, (*reasons, f"when `{self.when.source}` is false ({shown})"))
             if verdict is UNKNOWN and self.precise:
@@ -243,6 +243,10 @@ class Rule:
             precise=precise,
         )
         return match, Explanation(self.id, True, tuple(reasons))
+
+
+def _shown(value: Any) -> str:
+    return "unknown" if value is None else repr(value)
 
 
 class _Template(string.Formatter):
