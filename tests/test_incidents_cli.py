@@ -163,3 +163,17 @@ def test_show_names_wrapped_errors_exit_codes_and_causes(tmp_path, capsys):
     assert "    after: torch.AcceleratorError: CUDA error: an illegal memory access" in out
     assert "  [untagged] child-death: Subprocess scheduler_0 crashed" in out
     assert "    exit code -9" in out
+
+
+def test_the_state_dir_comes_from_the_config_when_not_given(state, tmp_path, capsys):
+    config = tmp_path / "ddtreed.toml"
+    config.write_text(f'[service]\nargv = ["python", "-m", "sglang.launch_server"]\n'
+                      f'[paths]\nstate_dir = "{state}"\n')
+    code, out, err = run(capsys, "incidents", "--config", str(config), "--json")
+    assert code == 0, err
+    assert [row["id"] for row in json.loads(out)] == [3, 2, 1]
+    code, out, _ = run(capsys, "incidents", "show", "1", "--config", str(config))
+    assert code == 0 and out.startswith("incident 1: resolved")
+    config.write_text("[service]\nargv = []\n")
+    code, _, err = run(capsys, "incidents", "--config", str(config))
+    assert code == 2 and "service.argv" in err

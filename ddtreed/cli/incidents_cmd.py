@@ -7,7 +7,8 @@ import argparse
 from ..incidents import Store, StoreError, database_path
 from ..incidents.views import TABLE_HEADERS, as_json, render_incident, table_rows
 from ..records import INCIDENT_STATUSES
-from .common import CliError, add_json, add_state_dir, print_json, state_dir, table
+from .common import (CliError, add_config, add_json, add_state_dir, load_config, print_json,
+                     state_dir, table)
 
 __all__ = ["register", "render_incident"]
 
@@ -18,6 +19,7 @@ def register(commands) -> None:
         description="List the incidents ddtreed recorded, newest first. "
                     "`ddtreed incidents show ID` prints one incident in full.")
     add_state_dir(parser)
+    add_config(parser)
     add_json(parser)
     parser.add_argument("--status", choices=INCIDENT_STATUSES, help="only incidents in this status")
     parser.add_argument("--limit", type=_positive, default=50, metavar="N",
@@ -31,6 +33,8 @@ def register(commands) -> None:
     # Defaults SUPPRESSed: `incidents --state-dir D show 3` keeps the value given before `show`.
     show.add_argument("--state-dir", metavar="DIR", default=argparse.SUPPRESS,
                       help="state directory holding incidents.sqlite3 (as for `ddtreed incidents`)")
+    show.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                      help="ddtreed TOML config whose paths.state_dir to read")
     show.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                       help="machine-readable JSON output")
     show.set_defaults(handler=_show)
@@ -46,6 +50,11 @@ def _positive(text: str) -> int:
     return value
 
 
+def _directory(args: argparse.Namespace) -> str:
+    """--state-dir, else the config's paths.state_dir, else the default."""
+    return state_dir(args, load_config(getattr(args, "config", None)))
+
+
 def _open(directory: str) -> Store:
     try:
         return Store(database_path(directory), create=False)
@@ -54,7 +63,7 @@ def _open(directory: str) -> Store:
 
 
 def _list(args: argparse.Namespace) -> int:
-    directory = state_dir(args)
+    directory = _directory(args)
     if not database_path(directory).exists():
         # Not an error: a fresh install has recorded nothing; scripts get an empty list.
         if args.json:
@@ -77,7 +86,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    directory = state_dir(args)
+    directory = _directory(args)
     with _open(directory) as store:
         try:
             incident = store.get(args.incident_id)
