@@ -66,12 +66,12 @@ def run_install(args: argparse.Namespace) -> int:
 def run_status(args: argparse.Namespace) -> int:
     directory = Path(state_dir(args, load_config(args.config)))
     reports = [_report(directory)]
-    if reports[0]["daemon"] is None and reports[0]["error"] is None:
-        # The template unit keeps each instance in <dir>/<name>: show them all.
-        found = sorted(path.parent for path in directory.glob(f"*/{STATUS_FILE}"))
-        reports = [_report(path) for path in found] or reports
+    # The template unit keeps each instance in <dir>/<name>: with nothing in <dir>, show those.
+    found = [] if reports[0]["daemon"] else sorted(p.parent for p in directory.glob(f"*/{STATUS_FILE}"))
+    if found:
+        reports = [_report(path) for path in found]
     if args.json:
-        print_json(reports[0] if len(reports) == 1 else {"instances": reports})
+        print_json({"instances": reports} if found else reports[0])
     else:
         print("\n\n".join(_render(report) for report in reports))
     return max(report["exit_code"] for report in reports)
@@ -81,7 +81,7 @@ def _report(directory: Path) -> dict[str, Any]:
     """Everything `status` shows for one state directory, as plain data."""
     now = time.time()
     report: dict[str, Any] = {"state_dir": str(directory), "daemon": None, "alive": False, "stale": False,
-                              "error": None, "incidents": None, "incidents_error": None}
+                              "incidents": None, "incidents_error": None}
     try:
         snapshot = read_status(directory)
     except StatusError as error:
@@ -149,7 +149,9 @@ def _headline(report: dict[str, Any], daemon: dict[str, Any]) -> str:
 
 def _service_lines(report: dict[str, Any], daemon: dict[str, Any]) -> list[str]:
     service = "not running"
-    if daemon["service_pid"]:
+    if daemon["service_pid"] and not psutil.pid_exists(daemon["service_pid"]):
+        service = f"pid {daemon['service_pid']} is gone"
+    elif daemon["service_pid"]:
         service = f"pid {daemon['service_pid']}, up {_duration(report['service_uptime_s'])}"
     accept = daemon["last_accept_length"]
     rows = [
