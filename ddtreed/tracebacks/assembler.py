@@ -30,6 +30,7 @@ class _SourceState:
     terminate: tuple[str, str | None] | None = None  # C++ abort type awaiting its what() line
     torch_rank: str | None = None  # from torch's `[rank3]:` prefixes
     recent: deque = field(default_factory=lambda: deque(maxlen=4))  # unclaimed notable lines
+    overflowed: bool = False  # warned once that headers without bodies piled up
 
     @property
     def busy(self) -> bool:
@@ -108,7 +109,7 @@ class Assembler:
         if body.endswith(grammar.TRACEBACK_HEADER):
             prefix = body[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
             context = tuple(line for line in chunk.lines[max(0, index - CONTEXT_LOOKBACK):index]
-                            if grammar.TRACEBACK_HEADER not in line
+                            if grammar.TRACEBACK_HEADER not in line and grammar.DEVICE_ASSERT not in line
                             and any(word in line for word in grammar.CONTEXT_WORDS))
             self._open(state, Builder("traceback", chunk.source, rank, prefix, number, now,
                                       context=tuple(state.recent) + context), chunk.lines[index])
@@ -245,18 +246,21 @@ class Assembler:
         builder.touch(builder.first_line, text, builder.last_activity)
         state.open.append(builder)
         if len(state.open) > self.max_pending:
-            log.warning("traceback_pending_overflow", source=builder.source, limit=self.max_pending)
+            if not state.overflowed:
+                log.warning("traceback_pending_overflow", source=builder.source, limit=self.max_pending)
+                state.overflowed = True
             self._finish(state, state.open[0], builder.last_activity)
         self._activity(builder.last_activity)
 
     def _finish(self, state: _SourceState, builder: Builder, now: float) -> None:
+        # The crash happened when its last line came, not when we noticed it went quiet.
         state.open.remove(builder)
         if builder.complete or not builder.orphan:
-            self._crash(builder.to_crash(now), now)
+            self._crash(builder.to_crash(builder.last_activity), builder.last_activity)
 
     def _finish_pyspy(self, state: _SourceState, now: float) -> None:
         builder, state.pyspy = state.pyspy, None
-        self._crash(builder.to_crash(now), now)
+        self._crash(builder.to_crash(builder.last_activity), builder.last_activity)
 
     def _finish_stale(self, now: float, final: bool) -> None:
         for state in self._states.values():

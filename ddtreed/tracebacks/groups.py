@@ -33,7 +33,12 @@ class Group:
             if not self.dropped:
                 log.warning("crash_group_overflow", limit=MAX_CRASHES)
             self.dropped += 1
-            return
+            # Full: a crash with an exception displaces a cut-off traceback, never the reverse.
+            cut_off = next((i for i, c in enumerate(self.crashes)
+                            if c.kind == "traceback" and c.exception is None), None)
+            if crash.exception is None or cut_off is None:
+                return
+            del self.crashes[cut_off]
         self.crashes.append(crash)
 
     def add_sigquit(self, text: str, source: str, number: int) -> None:
