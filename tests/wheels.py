@@ -24,6 +24,7 @@ MEMBERS = (
     "sglang/srt/speculative/spec_utils.py",
     "sglang/srt/server_args.py",
 )
+MEMBER_FOLDERS = ("sglang/srt/arg_groups/fields/",)  # 0.5.20+: flags declared as dataclass fields
 
 
 class WheelUnavailable(RuntimeError):
@@ -57,7 +58,7 @@ def wheel(version: str) -> Path:
 
 def site_packages(version: str) -> Path:
     """A pristine extracted site-packages (cached, read it only) holding MEMBERS and RECORD."""
-    target = cache_dir() / "extracted" / version
+    target = cache_dir() / "extracted-v2" / version
     if (target / ".complete").exists():
         return target
     partial = target.with_name(version + ".partial")
@@ -65,6 +66,7 @@ def site_packages(version: str) -> Path:
     with zipfile.ZipFile(wheel(version)) as archive:
         names = set(archive.namelist())
         wanted = [name for name in MEMBERS if name in names]
+        wanted += [name for name in names if name.startswith(MEMBER_FOLDERS) and name.endswith(".py")]
         wanted += [name for name in names if name.endswith(".dist-info/RECORD")]
         for name in wanted:
             archive.extract(name, partial)
