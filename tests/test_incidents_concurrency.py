@@ -12,7 +12,7 @@ import uuid
 import pytest
 from test_incidents_support import Holder, founding_crashes, record_founding
 
-from ddtreed.incidents import Store, StoreError, database_path
+from ddtreed.incidents import MIGRATIONS, Store, StoreError, database_path
 
 pytestmark = pytest.mark.slow
 
@@ -117,7 +117,7 @@ def test_processes_opening_a_fresh_database_together_migrate_it_once(tmp_path):
     assert all(process.wait(timeout=60) == 0 for process in processes)
     with Store(path, create=False) as store:
         names = [row["name"] for row in store.db.query("SELECT name FROM _migrations")]
-    assert len(names) == len(set(names)) == 6
+    assert len(names) == len(set(names)) == len(MIGRATIONS)
 
 
 @pytest.fixture

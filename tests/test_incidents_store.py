@@ -56,7 +56,7 @@ def test_migrations_are_recorded_in_order_and_applied_once(tmp_path):
         assert migrate(store.db) == []
         assert store.db["_migrations"].count == len(MIGRATIONS)
         for table in ("incidents", "steps", "applications", "frozen_signatures", "accept_samples",
-                      "goldens", "degraded"):
+                      "goldens", "degraded", "canary_runs"):
             assert table in store.db.table_names()
 
 
@@ -197,6 +197,16 @@ def test_goldens_are_kept_per_model_draft_and_version(store):
     assert store.delete_goldens("m", "d", "0.5.23") == 1
     assert store.goldens("m", "d", "0.5.23") == []
     assert len(store.goldens("m", "d", "0.5.16")) == 1
+
+
+def test_canary_runs_read_back_newest_first(store):
+    store.record_canary_run("m", "d", "0.5.23", True, "4/4 prompts match", 3.2, at=1.0)
+    store.record_canary_run("m", "d", "0.5.23", False, "prompt 2 diverged at token 5", 3.1,
+                            {"prompt": 2, "token": 5, "golden": [7], "got": [9]}, at=2.0)
+    latest, earlier = store.canary_runs()
+    assert latest["passed"] is False and latest["data"]["token"] == 5
+    assert earlier["passed"] is True and earlier["accept_length"] == 3.2
+    assert len(store.canary_runs(limit=1)) == 1
 
 
 def test_degraded_state_remembers_the_step_and_the_better_configuration(store):

@@ -72,6 +72,14 @@ def _degraded(db: sqlite_utils.Database) -> None:
     }, pk="service_key")
 
 
+def _canary_runs(db: sqlite_utils.Database) -> None:
+    db["canary_runs"].create({
+        "id": int, "model": str, "draft_model": str, "sglang_version": str, "passed": int,
+        "detail": str, "accept_length": float, "data": str, "incident_id": int, "at": float,
+    }, pk="id", not_null={"passed", "at"})
+    db["canary_runs"].create_index(["at"], index_name="canary_runs_at")
+
+
 # Append only: a released migration is never edited or reordered, only followed by new ones.
 MIGRATIONS: tuple[tuple[str, Migration], ...] = (
     ("0001_incidents_and_steps", _incidents),
@@ -80,6 +88,7 @@ MIGRATIONS: tuple[tuple[str, Migration], ...] = (
     ("0004_accept_baselines", _baselines),
     ("0005_canary_goldens", _goldens),
     ("0006_degraded_state", _degraded),
+    ("0007_canary_runs", _canary_runs),
 )
 
 

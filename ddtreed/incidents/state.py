@@ -124,6 +124,28 @@ class StateMixin(StoreBase):
             return db.execute("DELETE FROM goldens WHERE model = ? AND draft_model = ? AND "
                               "sglang_version = ?", [model, draft_model, sglang_version]).rowcount
 
+    def record_canary_run(self, model: str, draft_model: str, sglang_version: str, passed: bool,
+                          detail: str = "", accept_length: float | None = None,
+                          data: Mapping[str, Any] | None = None, incident_id: int | None = None,
+                          at: float | None = None) -> None:
+        """One canary check (pass or fail), so `canary status` survives a daemon restart."""
+        with self.atomic() as db:
+            db["canary_runs"].insert({
+                "model": model, "draft_model": draft_model, "sglang_version": sglang_version,
+                "passed": int(passed), "detail": detail, "accept_length": accept_length,
+                "data": encode.dumps(data), "incident_id": incident_id,
+                "at": time.time() if at is None else at})
+
+    def canary_runs(self, limit: int = 10) -> list[dict[str, Any]]:
+        """The latest canary checks, newest first."""
+        with self.reading() as db:
+            rows = list(db.query("SELECT * FROM canary_runs ORDER BY at DESC, id DESC LIMIT ?",
+                                 [int(limit)]))
+        for row in rows:
+            row["passed"] = bool(row["passed"])
+            row["data"] = encode.loads(row["data"])
+        return rows
+
     # Degraded configuration --------------------------------------------------------------
     def set_degraded(self, service_key: str, step: int, step_id: str,
                      better: Mapping[str, Any] | None = None, incident_id: int | None = None) -> None:
