@@ -129,3 +129,9 @@ def test_service_context_reads_a_console_script_shebang(tmp_path):
     argv = [str(script), "serve", "--model-path", "m"]
     context = service_context(config_for(tmp_path, argv, env={"PYTHONPATH": str(site)}), LocalHost())
     assert context.sglang_version == "0.5.22"
+
+
+def test_version_from_the_dist_info_name_when_metadata_is_absent(tmp_path):
+    (tmp_path / "sglang-0.5.14.dist-info").mkdir()
+    (tmp_path / "sglang-0.5.14.dist-info" / "RECORD").write_text("")
+    assert version_in_site_packages(LocalHost(), str(tmp_path)) == "0.5.14"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .common import CliError, add_json, add_state_dir, load_config, print_json
 
@@ -26,8 +27,11 @@ def register(commands) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..context import service_context
     from ..host import LocalHost
+    from ..logsetup import configure
     from ..preflight import run_preflight, would_crash
 
+    # The report is the output; the library's own log lines (probe trouble) go to stderr.
+    configure(json_output=False, level="warning", stream=sys.stderr)
     config = load_config(args.config)
     if args.state_dir:
         config = config.with_state_dir(args.state_dir)
@@ -81,5 +85,5 @@ def _engine(config, host):
     try:
         return Engine(host, config.paths.state_dir, load_remediations(dirs))
     except Exception as error:  # noqa: BLE001 - a bad catalog is reported, preflight still runs
-        print(f"ddtreed: warning: remediations not loaded: {error}")
+        print(f"ddtreed: warning: remediations not loaded: {error}", file=sys.stderr)
         return None

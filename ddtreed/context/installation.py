@@ -125,7 +125,12 @@ def version_in_site_packages(host, site_packages: str) -> str | None:
         version = _metadata_version(host, os.path.join(site_packages, name, "METADATA"))
         if version:
             return version
-    return _version_py(host, site_packages)
+    version = _version_py(host, site_packages)
+    if version is None and preferred:
+        # `name-1.2.3.dist-info`: the wheel spec puts the version in the directory name too.
+        stem = preferred[0][: -len(".dist-info")]
+        version = stem.rsplit("-", 1)[1] if "-" in stem else None
+    return version
 
 
 def _list_dir(host, path: str) -> list[str]:

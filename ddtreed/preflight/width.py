@@ -57,7 +57,8 @@ def check_ddtree_width(inputs) -> Iterable[Finding]:
                  f"of tensor b ({width}) at non-singleton dimension 0`")),
         why=(f"budget {budget} + 1 root = {width} tokens per request, but the installed code "
              f"({state.layout or 'unknown layout'}, {version or 'unknown version'}) captures the "
-             f"target verify graph at the block size {block}; {state.detail}"),
+             f"target verify graph at the block size {block}"
+             + (f"; {state.detail}" if state.ddtree_present else "")),
         remediations=remediations,
         advice=("" if state.patchable else
                 f"the {REMEDIATION_ID} patch does not apply here; fall back to DFLASH or install "
