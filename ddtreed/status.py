@@ -37,9 +37,13 @@ class StatusError(ValueError):
     """An unreadable snapshot file, worded as one line naming the file."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class DaemonStatus:
-    """What the daemon is doing right now. Times are epoch seconds (time.time())."""
+    """What the daemon is doing right now. Times are epoch seconds (time.time()).
+
+    Mutable on purpose: the loop owns one instance, sets fields as things happen, and calls
+    write_status() at each state change.
+    """
 
     pid: int
     state: str
@@ -56,6 +60,9 @@ class DaemonStatus:
     updated_at: float = 0.0
 
     def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
         if self.state not in STATES:
             raise ValueError(f"state must be one of {', '.join(STATES)}, got {self.state!r}")
 
@@ -68,8 +75,9 @@ def status_path(state_dir: str | os.PathLike[str]) -> Path:
 
 
 def write_status(state_dir: str | os.PathLike[str], status: DaemonStatus) -> DaemonStatus:
-    """Stamp `updated_at` and replace the snapshot atomically (mode 0600); return what was written."""
-    status = replace(status, updated_at=time.time())
+    """Stamp `status.updated_at`, replace the snapshot atomically (mode 0600), return `status`."""
+    status.check()  # a field set directly bypasses __post_init__
+    status.updated_at = time.time()
     data = json.dumps(status.to_dict(), indent=1, sort_keys=False) + "\n"
     write_atomic(str(status_path(state_dir)), data.encode(), mode=0o600)
     return status
@@ -128,7 +136,8 @@ class StatusBoard:
 
     def update(self, **changes: Any) -> DaemonStatus:
         """Apply field changes (e.g. state=, status_text=, restarts=) and publish them."""
-        self.current = write_status(self.state_dir, replace(self.current, **changes))
+        self.current = write_status(self.state_dir, replace(self.current, **changes))  # a copy: earlier
+        # snapshots handed to other threads (the metrics endpoint) never change under them
         text = self.current.status_text
         if self.on_text is not None and text and text != self._last_text:
             self.on_text(text)

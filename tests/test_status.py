@@ -93,3 +93,14 @@ def test_readers_never_see_half_a_snapshot(tmp_path):
         reads += 1
     assert writer.returncode == 0 and reads > 0
     assert read_status(tmp_path).pid == 399
+
+
+def test_the_loop_may_set_fields_directly_but_not_an_unknown_state(tmp_path):
+    status = DaemonStatus(pid=1, state="starting")
+    status.state, status.restarts = "backoff", 4
+    assert write_status(tmp_path, status) is status and status.updated_at > 0
+    assert read_status(tmp_path).restarts == 4
+    status.state = "napping"
+    with pytest.raises(ValueError, match="state must be one of"):
+        write_status(tmp_path, status)
+    assert read_status(tmp_path).state == "backoff"
