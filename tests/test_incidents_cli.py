@@ -177,3 +177,18 @@ def test_the_state_dir_comes_from_the_config_when_not_given(state, tmp_path, cap
     config.write_text("[service]\nargv = []\n")
     code, _, err = run(capsys, "incidents", "--config", str(config))
     assert code == 2 and "service.argv" in err
+
+
+@pytest.mark.slow
+def test_json_stays_parseable_when_the_cli_applies_a_pending_migration(state):
+    with Store(database_path(state)) as store:  # make it look like an older daemon's database
+        with store.atomic() as db:
+            db.execute("DELETE FROM _migrations WHERE name = '0007_canary_runs'")
+            db.execute("DROP TABLE canary_runs")
+    done = subprocess.run([sys.executable, "-m", "ddtreed", "incidents", "--json", "--state-dir",
+                           str(state)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [row["id"] for row in json.loads(done.stdout)] == [3, 2, 1]
+    assert "migration_applied" in done.stderr
+    with Store(database_path(state), create=False) as store:
+        assert "canary_runs" in store.db.table_names()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 
 from ..incidents import Store, StoreError, database_path
 from ..incidents.views import TABLE_HEADERS, as_json, render_incident, table_rows
@@ -57,7 +59,10 @@ def _directory(args: argparse.Namespace) -> str:
 
 def _open(directory: str) -> Store:
     try:
-        return Store(database_path(directory), create=False)
+        # Opening may apply a pending migration, which logs; unconfigured structlog prints to
+        # stdout, and stdout here is the JSON scripts parse.
+        with contextlib.redirect_stdout(sys.stderr):
+            return Store(database_path(directory), create=False)
     except StoreError as error:
         raise CliError(str(error)) from None
 
