@@ -76,3 +76,10 @@ def test_bad_config_exits_two_with_one_line(tmp_path):
     done = preflight("--config", str(path))
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "preflight.block_on" in done.stderr
+
+
+def test_remote_service_without_inventory_is_a_config_error(tmp_path):
+    config = write_config(tmp_path, ["python", "-m", "sglang.launch_server"], remote="gpu-node-07")
+    done = preflight("--config", str(config))
+    assert done.returncode == 2
+    assert "service.inventory" in done.stderr

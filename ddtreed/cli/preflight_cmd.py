@@ -65,12 +65,15 @@ def _summary(context) -> str:
 
 
 def _host_for(config, local):
-    """Preflight reads the service's disk and ports, so it runs where the service runs."""
-    if config.service.remote:
-        raise CliError(f"{config.source}: service.remote = {config.service.remote!r}: run "
-                       f"`ddtreed preflight` on that host (the daemon there runs it before launch)",
-                       exit_code=2)
-    return local
+    """The service's host: this machine, or the inventory's SSH host for `service.remote`."""
+    if not config.service.remote:
+        return local
+    from ..fleet import host_for
+
+    try:
+        return host_for(config)
+    except ValueError as error:  # InventoryError: a bad inventory is a bad config
+        raise CliError(str(error), exit_code=2) from None
 
 
 def _engine(config, host):
