@@ -1,0 +1,201 @@
+"""`python -m ddtreed.demo.server`: the demo's launcher process, shaped like sglang.launch_server.
+
+It spawns one scheduler process per TP rank (`ddtreed.demo.workload`), waits for them, serves
+SGLang's HTTP endpoints, and when a rank fails it dies the way SGLang does: the rank logs its
+traceback and sends SIGQUIT, and this process logs that and SIGKILLs the whole tree.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from . import args as demo_args
+from . import model
+
+_RANK_REPORT_WAIT_S = 1.0
+VERSION = "0.0.0+ddtreed.demo"
+
+
+class RankPool:
+    """The scheduler processes; one batch (one request) at a time, like `--max-running-requests 1`."""
+
+    def __init__(self, server_args, logger):
+        self.args, self.log = server_args, logger
+        self.serving = False
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        self.procs = [subprocess.Popen(
+            [sys.executable, "-m", "ddtreed.demo.workload", str(rank), demo_args.to_json(server_args)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+            for rank in range(server_args.tp_size)]
+        self.accept_history: list[float] = []
+
+    def wait_ready(self) -> None:
+        for rank, proc in enumerate(self.procs):
+            line = proc.stdout.readline()
+            if not line:
+                code = proc.wait()
+                self.log.error("Rank %d scheduler died during initialization (exit code: %s)", rank, code)
+                self.kill_children()
+                raise RuntimeError(f"Initialization failed. rank {rank} exit code {code}")
+
+    def generate(self, input_ids: list[int], max_new_tokens: int) -> dict:
+        """Every rank runs the step (as TP ranks do); rank 0's answer is the response."""
+        request = json.dumps({"id": next(self._ids), "input_ids": input_ids,
+                              "max_new_tokens": max_new_tokens}) + "\n"
+        with self._lock:
+            for proc in self.procs:
+                proc.stdin.write(request)
+                proc.stdin.flush()
+            answers = [self._read(rank, proc) for rank, proc in enumerate(self.procs)]
+        if answers[0]["verify_ct"]:
+            self.accept_history = (self.accept_history + [answers[0]["accept_length"]])[-32:]
+        return answers[0]
+
+    def _read(self, rank: int, proc: subprocess.Popen) -> dict:
+        line = proc.stdout.readline()
+        if line:
+            return json.loads(line)
+        # A rank that vanished without a traceback (SIGKILL, NCCL abort): SGLang's wording.
+        code = proc.wait()
+        self.log.error("Subprocess scheduler_%d (pid=%d) crashed with exit code %s.", rank, proc.pid, code)
+        kill_tree(self)
+        raise RuntimeError("unreachable: the tree was killed")
+
+    def kill_children(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def kill_tree(pool: RankPool | None) -> None:
+    """SGLang's kill_process_tree(include_parent=True): children first, then ourselves."""
+    if pool is not None:
+        pool.kill_children()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: "DemoHTTPServer"
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        state = self.server.state
+        if self.path in ("/health", "/health_generate"):
+            if not state.ready:
+                return self._json(503, {"error": "the server is starting"})
+            if self.path == "/health_generate":
+                state.pool.generate(model.encode("health"), 1)  # SGLang: a 1-token generation
+            return self._json(200, {})
+        if self.path in ("/server_info", "/get_server_info"):
+            return self._json(200, state.server_info())
+        self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        if self.path != "/generate":
+            return self._json(404, {"detail": "Not Found"})
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            text = body["text"]
+            max_new_tokens = int((body.get("sampling_params") or {}).get("max_new_tokens", 16))
+        except (ValueError, KeyError, TypeError) as error:
+            return self._json(400, {"error": f"bad request: {error}"})
+        answer = self.server.state.pool.generate(model.encode(text), max(1, max_new_tokens))
+        ids = answer["output_ids"]
+        self._json(200, {"text": " " + model.decode(ids), "output_ids": ids, "meta_info": {
+            "prompt_tokens": len(model.encode(text)), "completion_tokens": len(ids),
+            "spec_verify_ct": answer["verify_ct"],
+            "spec_accept_length": round(answer["accept_length"], 4), "finish_reason":
+                {"type": "length", "length": max_new_tokens}}})
+
+    def _json(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args) -> None:  # uvicorn's access-log shape
+        self.server.state.log.info('INFO:     %s:%d - "%s" %s', self.client_address[0],
+                                   self.client_address[1], self.requestline, args[1] if len(args) > 1 else "")
+
+
+class ServiceState:
+    def __init__(self, server_args, pool: RankPool, logger):
+        self.args, self.pool, self.log = server_args, pool, logger
+        self.ready = False
+
+    def server_info(self) -> dict:
+        history = self.pool.accept_history
+        average = sum(history) / len(history) if history else None
+        return {**vars(self.args), "version": VERSION,
+                "internal_states": [{"avg_spec_accept_length": average}]}
+
+
+class DemoHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address, state: ServiceState):
+        super().__init__(address, Handler)
+        self.state = state
+
+
+def main(argv: list[str] | None = None) -> None:
+    server_args = demo_args.parse(sys.argv[1:] if argv is None else argv)
+    logger = demo_args.configure_logging()
+    logger.info("server_args=%s", demo_args.describe(server_args))
+    pool: RankPool | None = None
+    quits = [0]
+
+    def on_sigquit(signum, frame):
+        quits[0] += 1
+        if quits[0] > 1:
+            return  # another rank reporting while the first report waits below
+        # On a real node the tree takes long enough to die that every failed rank's traceback
+        # reaches the log; wait (briefly) for the other ranks' reports to keep that true here.
+        deadline = time.monotonic() + _RANK_REPORT_WAIT_S
+        while quits[0] < server_args.tp_size and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if pool is not None and pool.serving:
+            logger.error(f"SIGQUIT received. {signum=}, {frame=}. It usually means one child failed.")
+        else:
+            logger.error("Received sigquit from a child process. It usually means the child failed.")
+        kill_tree(pool)
+
+    def on_sigterm(signum, frame):
+        if pool is not None:
+            pool.kill_children()
+        os._exit(0)
+
+    signal.signal(signal.SIGQUIT, on_sigquit)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    pool = RankPool(server_args, logger)
+    pool.wait_ready()
+    state = ServiceState(server_args, pool, logger)
+    httpd = DemoHTTPServer((server_args.host, server_args.port), state)
+    logger.info("INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)",
+                server_args.host, server_args.port)
+    threading.Thread(target=_warm_up, args=(state,), daemon=True).start()
+    httpd.serve_forever(poll_interval=0.2)
+
+
+def _warm_up(state: ServiceState) -> None:
+    """SGLang's warm-up request (prefill only here), then the ready line."""
+    state.pool.generate(model.encode("The capital city of France is"), 1)
+    state.pool.serving = True
+    state.ready = True
+    state.log.info("The server is fired up and ready to roll!")
+
+
+if __name__ == "__main__":
+    main()
