@@ -1,0 +1,75 @@
+"""Hand-written cases (tests/cases/NAME.log + NAME.json) and per-rule coverage."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddtreed.paths import shipped
+from ddtreed.records import ServiceContext
+from ddtreed.rules import load_rules
+from ddtreed.tracebacks import assemble_lines
+
+CASES = sorted((Path(__file__).parent / "cases").glob("*.log"))
+CORPUS = Path(__file__).parent / "corpus"
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return load_rules([shipped("rules")])
+
+
+def diagnose_log(rules, path: Path, context=None):
+    groups = assemble_lines(path.read_text().splitlines(), str(path))
+    return [rules.diagnose(group, context) for group in groups]
+
+
+def expected_of(path: Path) -> dict:
+    return json.loads(path.with_suffix(".json").read_text())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.stem for case in CASES])
+def test_case_gets_its_rule(case, rules):
+    expected = expected_of(case)
+    context = ServiceContext(**expected["context"]) if "context" in expected else None
+    diagnoses = diagnose_log(rules, case, context)
+    assert diagnoses, "no crash assembled"
+    match = diagnoses[0].match
+    assert (match.category, match.rule_id) == (expected["category"], expected["rule_id"]), match.diagnosis
+    assert match.precise == ("context" in expected and bool(rules.get(match.rule_id).when))
+    for number in expected.get("diagnosis_contains", ()):
+        assert number in match.diagnosis
+    if "ranks" in expected:
+        assert diagnoses[0].ranks == expected["ranks"]
+
+
+def test_every_rule_has_a_case(rules):
+    covered = set()
+    for case in CASES:
+        expected = expected_of(case)
+        covered.add(expected["rule_id"])
+    for line in (CORPUS / "sglang-crashes.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        for group in assemble_lines(entry["log"].splitlines(), entry["id"]):
+            covered.add(rules.diagnose(group).match.rule_id)
+    covered.add("ddtree-verify-graph-width")  # the founding log: tests/test_diagnose_cli.py
+    assert {rule.id for rule in rules.rules} - covered == set()
+
+
+def test_founding_log_with_context_names_8_and_33(rules):
+    context = ServiceContext(speculative_algorithm="DDTREE", block_size=8, ddtree_budget=32, tp_size=8)
+    [diagnosis] = diagnose_log(rules, CORPUS / "logs" / "ddtree-verify-width-8-vs-33.log", context)
+    assert diagnosis.match.rule_id == "ddtree-verify-graph-width"
+    assert diagnosis.match.precise
+    assert diagnosis.match.remediations[0] == "ddtree-verify-graph-width"
+    assert "8 tokens wide" in diagnosis.match.diagnosis and "33" in diagnosis.match.diagnosis
+    assert diagnosis.ranks == ["TP0", "TP3"]
+
+
+def test_founding_log_with_other_numbers_is_not_the_width_rule(rules):
+    context = ServiceContext(speculative_algorithm="DDTREE", block_size=16, ddtree_budget=15, tp_size=8)
+    [diagnosis] = diagnose_log(rules, CORPUS / "logs" / "ddtree-verify-width-8-vs-33.log", context)
+    assert diagnosis.match.rule_id == "cuda-graph-shape-mismatch"
+    assert diagnosis.match.category == "cuda-graph-shape-mismatch"
+    width = next(e for e in diagnosis.explanations if e.rule_id == "ddtree-verify-graph-width")
+    assert not width.matched and "is false" in width.reasons[-1]
