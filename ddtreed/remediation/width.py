@@ -86,7 +86,7 @@ def inspect_ddtree_width(site_packages: str, host: Host | None = None,
         present = True  # the demo engine is a DDTree service by construction
     ours = check.state == patching.APPLIED
     if ours:
-        detail = f"patched by ddtreed ({check.reason}): target verify width is budget + 1"
+        detail = f"patched by ddtreed (layout {check.layout.name}): target verify width is budget + 1"
     elif upstream:
         detail = "this build already sizes the target verify graph budget + 1 (upstream DDTree fix)"
     elif not present:
