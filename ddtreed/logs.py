@@ -21,7 +21,7 @@ from .records import LogChunk
 log = structlog.get_logger(__name__)
 
 BLOCK_BYTES = 64 * 1024  # one read; a LogChunk holds the complete lines of one block
-HEAD_BYTES = 64  # first bytes remembered to notice a file truncated and rewritten past our offset
+TAIL_BYTES = 64  # bytes before our offset, remembered to notice a file truncated and regrown past it
 TRUNCATION_MARKER = " [ddtreed: line truncated at {limit} bytes]"
 
 
@@ -36,7 +36,7 @@ class _Source:
     partial: bytes = b""  # the unfinished last line, at most max_line_bytes
     discarding: bool = False  # inside an overlong line already emitted truncated
     next_number: int = 1
-    head: bytes = b""
+    tail: bytes = b""  # the TAIL_BYTES that end at `offset`
     missing_warned: bool = False
 
 
@@ -114,7 +114,8 @@ class Follower:
         source.fd, source.identity = fd, (status.st_dev, status.st_ino)
         source.offset = status.st_size if at_end else 0
         source.partial, source.discarding = b"", False
-        source.head = os.pread(fd, HEAD_BYTES, 0)
+        tail = min(TAIL_BYTES, source.offset)
+        source.tail = os.pread(fd, tail, source.offset - tail) if tail else b""
         if source.missing_warned:
             log.info("log_file_appeared", path=source.path)
         source.missing_warned = False
@@ -138,26 +139,32 @@ class Follower:
         except (FileNotFoundError, NotADirectoryError):
             # Renamed away or deleted: keep reading the old file, the writer may still append.
             self._warn_missing(source)
+            self._check_truncated(source, os.fstat(source.fd).st_size)
             return self._drain(source)
         if (status.st_dev, status.st_ino) != source.identity:
             # Rotation by rename: finish the old file's tail, then follow the new file from 0.
+            self._check_truncated(source, os.fstat(source.fd).st_size)
             chunks = self._drain(source)
             self._flush_partial(source, chunks)
             self._close(source)
             log.info("log_file_rotated", path=source.path)
             self._open(source)
             return chunks + (self._drain(source) if source.fd is not None else [])
-        if status.st_size < source.offset or self._head_changed(source):
-            log.info("log_file_truncated", path=source.path, offset=source.offset,
-                     size=status.st_size)
-            source.offset, source.partial, source.discarding, source.head = 0, b"", False, b""
+        self._check_truncated(source, status.st_size)
         return self._drain(source)
 
-    def _head_changed(self, source: _Source) -> bool:
-        """copytruncate then fast regrowth past our offset leaves the size larger: compare heads."""
-        if not source.head:
+    def _check_truncated(self, source: _Source, size: int) -> None:
+        """copytruncate: the file shrank, or was rewritten past our offset: start over at 0."""
+        if size < source.offset or self._rewritten(source):
+            log.info("log_file_truncated", path=source.path, offset=source.offset, size=size)
+            source.offset, source.partial, source.discarding, source.tail = 0, b"", False, b""
+
+    def _rewritten(self, source: _Source) -> bool:
+        """copytruncate then regrowth past our offset before we looked leaves the size larger:
+        the bytes just before our offset are then no longer the ones we read."""
+        if not source.tail:
             return False
-        return os.pread(source.fd, len(source.head), 0) != source.head
+        return os.pread(source.fd, len(source.tail), source.offset - len(source.tail)) != source.tail
 
     def _has_unread(self) -> bool:
         for source in self._sources:
@@ -179,8 +186,7 @@ class Follower:
                 break
             source.offset += len(data)
             budget -= len(data)
-            if len(source.head) < HEAD_BYTES:
-                source.head = os.pread(source.fd, HEAD_BYTES, 0)
+            source.tail = data[-TAIL_BYTES:] if len(data) >= TAIL_BYTES else (source.tail + data)[-TAIL_BYTES:]
             chunk = self._split(source, data)
             if chunk is not None:
                 chunks.append(chunk)

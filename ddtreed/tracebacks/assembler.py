@@ -19,6 +19,7 @@ from .groups import Group
 
 log = structlog.get_logger(__name__)
 
+MAX_READY_GROUPS = 64
 CONTEXT_LOOKBACK = 8  # lines before a traceback header searched for warnings that explain it
 CONSUMED, FINISH, SKIPPED = "consumed", "finish", "skipped"
 
@@ -48,6 +49,7 @@ class Assembler:
         self.max_group_s = max_group_s  # a group that never goes quiet is still emitted
         self._states: dict[str, _SourceState] = {}
         self._group: Group | None = None
+        self._ready: deque[tuple[Crash, ...]] = deque(maxlen=MAX_READY_GROUPS)  # sealed when full
 
     # --- input --------------------------------------------------------------------------------
 
@@ -70,15 +72,17 @@ class Assembler:
     def take(self, now: float, final: bool = False) -> list[tuple[Crash, ...]]:
         """Groups quiet for settle_s (all of them when `final`), oldest first."""
         self._finish_stale(now, final)
+        ready = [crashes for crashes in self._ready if crashes]
+        self._ready.clear()
         group = self._group
         if group is None:
-            return []
+            return ready
         if not final and now - group.started < self.max_group_s:
             if self._any_open() or now - group.last_activity < self.settle_s:
-                return []
+                return ready
         self._group = None
         crashes = group.emit()
-        return [crashes] if crashes else []
+        return ready + [crashes] if crashes else ready
 
     # --- per line -----------------------------------------------------------------------------
 
@@ -134,10 +138,12 @@ class Assembler:
             self._activity(now).add_sigquit(body.strip(), chunk.source, number)
 
     def _ordinary(self, state: _SourceState, now: float) -> None:
-        """A prefixed line that is not ours: it closes the message block in progress."""
+        """A prefixed line ends the body in progress: a traceback is one write, so a prefixed
+        line inside it means the writer died mid-way. Only a bare header keeps waiting: ranks
+        interleave their header lines before the bodies follow."""
         if state.pyspy is not None:
             self._finish_pyspy(state, now)
-        if state.open and state.open[0].state in (MESSAGE, AFTER):
+        if state.open and state.open[0].state != HEADER:
             self._finish(state, state.open[0], now)
 
     def _feed_builder(self, builder: Builder, body: str, number: int, now: float) -> str:
@@ -282,7 +288,15 @@ class Assembler:
         return self._group
 
     def _crash(self, crash: Crash, now: float) -> None:
-        self._activity(now).add_crash(crash)
+        group = self._activity(now)
+        if group.full:
+            # Bounded memory without losing crashes: a full group is sealed and a new one begun.
+            if len(self._ready) == self._ready.maxlen:
+                log.warning("crash_groups_dropped", reason="take() not called", kept=self._ready.maxlen)
+            self._ready.append(group.emit())
+            self._group = None
+            group = self._activity(now)
+        group.add_crash(crash)
 
 
 def _may_matter(text: str) -> bool:

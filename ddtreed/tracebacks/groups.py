@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import structlog
-
 from ..records import Crash
 
-log = structlog.get_logger(__name__)
-
-MAX_CRASHES = 256  # per group; TP×DP ranks plus children fit with room to spare
+MAX_CRASHES = 256  # per group (TP×DP ranks plus children fit); a full group is emitted early
 MAX_CONTEXT = 16
 ASSERT_SAMPLES = 3
 
@@ -20,7 +16,6 @@ class Group:
     started: float
     last_activity: float = 0.0
     crashes: list[Crash] = field(default_factory=list)
-    dropped: int = 0
     context: list[str] = field(default_factory=list)
     sigquit: list[tuple[str, str, int]] = field(default_factory=list)  # (text, source, line)
     asserts: int = 0
@@ -28,17 +23,11 @@ class Group:
     nccl: dict[str, Crash] = field(default_factory=dict)  # per source: a timeout line, no abort yet
     native_sources: set[str] = field(default_factory=set)  # sources whose C++ abort was parsed
 
+    @property
+    def full(self) -> bool:
+        return len(self.crashes) >= MAX_CRASHES
+
     def add_crash(self, crash: Crash) -> None:
-        if len(self.crashes) >= MAX_CRASHES:
-            if not self.dropped:
-                log.warning("crash_group_overflow", limit=MAX_CRASHES)
-            self.dropped += 1
-            # Full: a crash with an exception displaces a cut-off traceback, never the reverse.
-            cut_off = next((i for i, c in enumerate(self.crashes)
-                            if c.kind == "traceback" and c.exception is None), None)
-            if crash.exception is None or cut_off is None:
-                return
-            del self.crashes[cut_off]
         self.crashes.append(crash)
 
     def add_sigquit(self, text: str, source: str, number: int) -> None:
@@ -63,8 +52,6 @@ class Group:
         if self.asserts:
             context += (f"{self.asserts} device-side assertion line(s), e.g.:",
                         *self.assert_samples)
-        if self.dropped:
-            context += (f"{self.dropped} more crash(es) in this group were dropped",)
         return tuple(replace(c, context=c.context + context, device_asserts=self.asserts)
                      for c in crashes)
 
