@@ -5,6 +5,7 @@ Installs nothing: .ci/sshd-setup.sh puts /usr/sbin/sshd in place; without it the
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -119,24 +120,24 @@ class TestFleet:
     servers: dict[str, Sshd]
     down_port: int
 
-    def inventory(self, path: Path | None = None, extra_defaults: str = "", extra_hosts: str = "") -> Path:
+    def inventory(self, path: Path | None = None, defaults: dict | None = None, extra_hosts: str = "") -> Path:
+        """An inventory of the four hosts; `defaults` overrides [defaults] keys (None drops one)."""
         path = path or self.directory / "inventory.toml"
-        state = self.directory / "remote-state"
-        rules = self.directory / "remote-rules"
-        logs = self.directory / "remote-logs"
-        text = (
-            "[defaults]\nuser = \"root\"\n"
-            f"identity_file = \"{self.client_key}\"\nknown_hosts = \"{self.known_hosts}\"\n"
-            f"ssh_config = \"{self.directory / 'ssh_config'}\"\n"
-            f"ddtreed = \"{REMOTE_DDTREED}\"\nconnect_timeout_s = 5\ncommand_timeout_s = 30\n"
-            f"state_dir = \"{state}\"\nrules_dir = \"{rules}\"\nlog_dir = \"{logs}\"\n{extra_defaults}\n"
-        )
+        values = {
+            "user": "root", "identity_file": str(self.client_key), "known_hosts": str(self.known_hosts),
+            "ssh_config": str(self.directory / "ssh_config"), "ddtreed": REMOTE_DDTREED,
+            "connect_timeout_s": 5, "command_timeout_s": 30,
+            "state_dir": str(self.directory / "remote-state"), "rules_dir": str(self.directory / "remote-rules"),
+            "log_dir": str(self.directory / "remote-logs"),
+        }
+        values.update(defaults or {})
+        text = "[defaults]\n" + "".join(f"{key} = {json.dumps(value)}\n"
+                                        for key, value in values.items() if value is not None)
         for name, port, tags in (("healthy", self.servers["healthy"].port, ["gpu", "good"]),
                                  ("down", self.down_port, ["gpu"]),
                                  ("changed-key", self.servers["changed-key"].port, ["gpu"]),
                                  ("refused-key", self.servers["refused-key"].port, ["gpu"])):
-            text += (f"\n[[host]]\nname = \"{name}\"\naddress = \"127.0.0.1\"\nport = {port}\n"
-                     f"tags = {tags!r}\n".replace("'", '"'))
+            text += f"\n[[host]]\nname = \"{name}\"\naddress = \"127.0.0.1\"\nport = {port}\ntags = {json.dumps(tags)}\n"
         path.write_text(text + extra_hosts)
         return path
 

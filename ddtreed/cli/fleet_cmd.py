@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -74,6 +75,10 @@ def _positive(text: str) -> int:
 
 def _run(args: argparse.Namespace, job: Callable) -> Any:
     from ..fleet import InventoryError, load_inventory, run_on_hosts
+    from ..logsetup import configure
+
+    # stdout is for results (--json consumers); warnings such as a recorded host key go to stderr.
+    configure(json_output=False, level="warning", stream=sys.stderr)
 
     try:
         inventory = load_inventory(args.inventory)
@@ -160,11 +165,12 @@ def _diagnose(args: argparse.Namespace) -> int:
 
 
 def _summarize_diagnosis(result: Any) -> str:
-    if isinstance(result, dict):
-        match = result.get("match") if isinstance(result.get("match"), dict) else result
-        parts = [str(match.get(key)) for key in ("category", "rule_id", "title") if match.get(key)]
-        if parts:
-            return "  ".join(parts)
+    found = result.get("incidents") if isinstance(result, dict) else None
+    if isinstance(found, list):
+        if not found:
+            return "no crash found"
+        return "; ".join(f"{item.get('category')} (rule {item.get('rule_id') or '-'}, fixes: "
+                         f"{', '.join(item.get('remediations') or []) or '-'})" for item in found)
     return _compact(result)
 
 

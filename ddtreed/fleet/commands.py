@@ -17,7 +17,8 @@ log = structlog.get_logger(__name__)
 STDERR_TAIL_CHARS = 800  # enough for a traceback's last lines, short enough for a table cell
 
 
-def remote_ddtreed(connection: Connection, args: list[str], config: bool = False) -> Any:
+def remote_ddtreed(connection: Connection, args: list[str], config: bool = False,
+                   ok_codes: tuple[int, ...] = (0,)) -> Any:
     """Run the inventory's remote `ddtreed` with quoted args and return its --json output."""
     entry = connection.entry
     argv = entry.ddtreed_argv + args + (["--config", entry.config] if config and entry.config else [])
@@ -26,7 +27,7 @@ def remote_ddtreed(connection: Connection, args: list[str], config: bool = False
     parsed = _parse_json(result.stdout)
     if result.returncode == 124 and "timed out after" in result.stderr:
         raise FleetError(TIMEOUT, f"`{' '.join(args[:2])}` gave no answer within {timeout:.0f}s")
-    if result.returncode != 0:
+    if result.returncode not in ok_codes or (result.returncode != 0 and parsed is None):
         tail = result.stderr.strip()[-STDERR_TAIL_CHARS:] or "(no stderr)"
         raise FleetError(REMOTE_FAILED, f"`ddtreed {' '.join(args[:2])}` exited {result.returncode}: {tail}",
                          exit_code=result.returncode, result=parsed)
@@ -37,15 +38,21 @@ def remote_ddtreed(connection: Connection, args: list[str], config: bool = False
 
 
 def _parse_json(text: str) -> Any:
-    try:
-        return json.loads(text) if text.strip() else None
-    except ValueError:
-        return None
+    """The JSON document on stdout; tolerates log lines printed before it (an unconfigured logger)."""
+    lines = text.splitlines()
+    for start, line in enumerate(lines):
+        if line.lstrip().startswith(("{", "[")):
+            try:
+                return json.loads("\n".join(lines[start:]))
+            except ValueError:
+                continue
+    return None
 
 
 def status(connection: Connection) -> Any:
+    # `ddtreed status` exits 1 (stale) or 3 (not running) with a full JSON answer: the host answered.
     return remote_ddtreed(connection, ["status", "--json", "--state-dir", connection.entry.state_dir],
-                          config=True)
+                          config=True, ok_codes=(0, 1, 3))
 
 
 def incidents(connection: Connection, limit: int) -> list[dict[str, Any]]:
@@ -57,18 +64,33 @@ def incidents(connection: Connection, limit: int) -> list[dict[str, Any]]:
 
 
 def diagnose(connection: Connection, logfile: str) -> Any:
-    return remote_ddtreed(connection, ["diagnose", logfile, "--json", "--rules-dir",
-                                       connection.entry.rules_dir])
+    """The remote config gives rules and launch context; else the pushed rules dir, else shipped rules."""
+    entry = connection.entry
+    args = ["diagnose", logfile, "--json"]
+    if not entry.config and _remote_exists(connection, entry.rules_dir):
+        args += ["--rules-dir", entry.rules_dir]
+    return remote_ddtreed(connection, args, config=True)
+
+
+def _remote_exists(connection: Connection, path: str) -> bool:
+    try:
+        connection.sftp().stat(path)
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def remediate_apply(connection: Connection, remediation_id: str, dry_run: bool) -> Any:
-    args = ["remediate", "apply", remediation_id, "--json", "--state-dir", connection.entry.state_dir]
+    entry = connection.entry
+    args = ["remediate", "apply", remediation_id, "--json", "--state-dir", entry.state_dir]
+    if entry.site_packages and not entry.config:
+        args += ["--site-packages", entry.site_packages]
     return remote_ddtreed(connection, args + (["--dry-run"] if dry_run else []), config=True)
 
 
 def remediate_revert(connection: Connection, application_id: str) -> Any:
     args = ["remediate", "revert", application_id, "--json", "--state-dir", connection.entry.state_dir]
-    return remote_ddtreed(connection, args, config=True)
+    return remote_ddtreed(connection, args)
 
 
 def logs(connection: Connection, lines: int) -> dict[str, Any]:
@@ -128,7 +150,9 @@ def _check_staged(connection: Connection, staging: str) -> None:
         remote_ddtreed(connection, ["rules", "check", "--rules-dir", staging, "--json"])
     except FleetError as error:
         if error.reason == REMOTE_FAILED:
-            raise FleetError(REMOTE_FAILED, f"rules rejected, old rules kept: {error.detail}",
+            problems = error.result.get("problems") if isinstance(error.result, dict) else None
+            detail = "; ".join(map(str, problems)) if problems else error.detail
+            raise FleetError(REMOTE_FAILED, f"rules rejected, old rules kept: {detail}",
                              exit_code=error.exit_code, result=error.result) from None
         raise
 

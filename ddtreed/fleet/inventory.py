@@ -25,6 +25,7 @@ class HostEntry:
     identity_file: str | None = None
     ddtreed: str = "ddtreed"  # the remote command, split with shlex (may be a venv path or `python -m`)
     config: str | None = None  # the remote daemon's config file, passed as --config when set
+    site_packages: str | None = None  # for `remediate apply` when no remote config is named
     state_dir: str = "/var/lib/ddtreed"
     rules_dir: str = "/etc/ddtreed/rules"
     log_dir: str = "/var/log/ddtreed"

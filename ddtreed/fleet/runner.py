@@ -16,6 +16,7 @@ from .ssh import TIMEOUT, UNREACHABLE, Connection, FleetError
 log = structlog.get_logger(__name__)
 
 DEFAULT_CONCURRENCY = 16
+DEADLINE_SLACK_S = 0.1  # a call given "the time left" may return a hair before the timer fires
 
 Job = Callable[[Connection], Any]
 
@@ -96,7 +97,8 @@ def _outcome(entry: HostEntry, job: Job, connection: Connection, expired: thread
     try:
         value = job(connection)
     except FleetError as error:
-        if expired.is_set():
+        # Calls are bounded by the time left, so one that failed at the deadline failed because of it.
+        if expired.is_set() or time.monotonic() >= connection.deadline - DEADLINE_SLACK_S:
             return HostResult(entry.name, False, TIMEOUT, detail=f"no result within {deadline:g}s")
         return HostResult(entry.name, False, error.reason, result=error.result, detail=error.detail,
                           exit_code=error.exit_code)

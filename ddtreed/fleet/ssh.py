@@ -114,7 +114,7 @@ class _AcceptNew(paramiko.MissingHostKeyPolicy):
             with os.fdopen(descriptor, "a", encoding="utf-8") as handle:
                 handle.write(line)
         client.get_host_keys().add(hostname, key.get_name(), key)
-        log.info("fleet.host_key_recorded", host=hostname, key_type=key.get_name(),
+        log.warning("fleet.host_key_recorded", host=hostname, key_type=key.get_name(),
                  fingerprint=_fingerprint(key), known_hosts=self._known_hosts)
 
 
@@ -188,6 +188,8 @@ def _classify(error: BaseException, target: Target) -> BaseException:
                           "refused (remove the old key only if the change is expected)")
     if isinstance(error, paramiko.AuthenticationException):
         return FleetError(AUTH_FAILED, f"{where}: {type(error).__name__}: server refused our key(s)")
+    if isinstance(error, paramiko.SSHException) and "No authentication methods available" in str(error):
+        return FleetError(AUTH_FAILED, f"{where}: no key to offer (no identity file, no agent key)")
     if isinstance(error, (socket.timeout, TimeoutError)):
         return FleetError(UNREACHABLE, f"{where}: no answer within the connect timeout")
     if isinstance(error, (OSError, paramiko.SSHException, EOFError)):
