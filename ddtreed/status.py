@@ -29,6 +29,7 @@ STATES = (
     "verifying",     # startup milestones, probes and the verification window
     "backoff",       # waiting before the next restart
     "escalated",     # ddtreed gave up on this problem: a person must look
+    "blocked",       # preflight found a certain crash the config says must block the launch
     "stopping",      # ddtreed is shutting down: stopping the service, then itself
     "stopped",       # ddtreed exited cleanly
 )

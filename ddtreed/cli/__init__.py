@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import (
@@ -45,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
+    from ..logsetup import configure
+
+    # Logs go to stderr so that stdout stays clean for --json; `run` reconfigures for journald.
+    configure(json_output=False, level="warning", stream=sys.stderr)
     try:
         return int(args.handler(args) or 0)
     except CliError as error:
@@ -52,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `ddtreed incidents | head`: the reader left, not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

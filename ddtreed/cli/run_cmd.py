@@ -84,11 +84,11 @@ def _demo(args: argparse.Namespace) -> int:
     config = load_config(str(config_path))
     # The crash path is the point of the plain demo; --preflight shows the prevented path.
     config = replace(config, preflight=replace(config.preflight, enabled=args.preflight))
-    configure(json_output=False, stream=sys.stderr)
+    configure(json_output=False, level="info", stream=sys.stderr)
     _say(args, f"demo: state and logs in {demo_dir}; config {config_path}")
     _say(args, "demo: launching the demo DDTree service (block 8, budget 32) under ddtreed …")
     daemon = _daemon(config, stop_after_incident=not args.preflight, stop_when_healthy=args.preflight,
-                     exit_on_give_up=True, deadline=time.monotonic() + args.timeout)
+                     deadline=time.monotonic() + args.timeout)
     daemon.install_signal_handlers()
     daemon.run()
     return _report(args, daemon, config)
@@ -102,8 +102,10 @@ def _report(args: argparse.Namespace, daemon, config) -> int:
     wanted = "prevented" if args.preflight else "resolved"
     closed = any(incident["status"] == wanted for incident in incidents)
     if args.json:
+        from ..incidents.views import as_json
+
         print_json({"ok": closed, "state_dir": config.paths.state_dir,
-                    "incidents": [store.get(incident["id"]) for incident in incidents]})
+                    "incidents": [as_json(store.get(incident["id"])) for incident in incidents]})
     else:
         for incident in reversed(incidents):
             print(render_incident(store.get(incident["id"])))
