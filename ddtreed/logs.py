@@ -44,7 +44,7 @@ class Follower:
     """Follow `paths`; `read()` returns new complete lines, `wait()` blocks until there may be more."""
 
     def __init__(self, paths: list[str], max_line_bytes: int = 65536, from_end: bool = False,
-                 poll_interval_s: float = 0.25, max_bytes_per_read: int = 32 * 1024 * 1024,
+                 poll_interval_s: float = 0.25, max_bytes_per_read: int = 1024 * 1024,
                  clock=time.time):
         if max_line_bytes < 1:
             raise ValueError(f"max_line_bytes must be >= 1, got {max_line_bytes}")

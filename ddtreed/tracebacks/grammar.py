@@ -44,11 +44,11 @@ CONTEXT_WORDS = ("rror", "ailed", "arning", "xception")
 # Needles whose presence in a chunk means a tagged line may matter; untagged lines are found
 # separately (`UNTAGGED`). Long needles: CPython's substring search skips faster with them.
 TAGGED_NEEDLES = (
-    "most recent call last",  # every traceback header
+    "Traceback (most recent call last):",  # every traceback header
     "It usually means",  # both SIGQUIT wordings of the main process
     "crashed with exit code",
-    "died during initialization",
-    "watchdog_timeout",
+    "died during initialization (exit code:",
+    "atchdog timeout (self.watchdog_timeout=",
 )
 # A line that does not start like `[2026-…`: continuation lines, frames, device asserts, C++
 # aborts, NCCL `[rank3]:` lines, Ray-prefixed lines.
