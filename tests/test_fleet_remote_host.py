@@ -78,16 +78,50 @@ def test_exit_code_and_kill_reach_the_caller(host, tmp_path):
     assert stubborn.wait(10) == sshd_exit(signal=signal.SIGKILL)
 
 
-def test_sweep_kills_what_survives_in_the_session(host, tmp_path):
-    leader = host.spawn(["sh", "-c", "sleep 60 & sleep 60 & wait"], {}, None,
-                        str(tmp_path / "o"), str(tmp_path / "e"))
-    children = wait_until(lambda: [pid for pid in _pids_in_session(leader.pid) if pid != leader.pid],
-                          what="children started")
-    os.kill(leader.pid, signal.SIGKILL)  # the leader dies; its children linger in the session
+def test_sweep_kills_session_survivors_and_token_carriers(host, tmp_path):
+    token = "tok-fleet-test"
+    leader = host.spawn(["sh", "-c", "setsid sleep 61 & sleep 60 & wait"], {"DDTREED_SERVICE_TOKEN": token},
+                        None, str(tmp_path / "o"), str(tmp_path / "e"))
+    in_session = wait_until(lambda: len(host.session_pids(leader.pid)) == 2 and host.session_pids(leader.pid),
+                            what="leader and child in the session")
+    escaped = wait_until(lambda: _pids_with_cmdline(b"sleep\x0061\x00"), what="escaped child")
+    assert sorted(in_session) == sorted(_pids_in_session(leader.pid)) and leader.pid in in_session
+    os.kill(leader.pid, signal.SIGKILL)  # the leader dies; one child lingers in the session
     assert leader.wait(10) == sshd_exit(signal=signal.SIGKILL)
-    killed = host.sweep_session(leader.pid, ("sglang::*",))
-    assert set(children) <= set(killed)
-    wait_until(lambda: not _pids_in_session(leader.pid), what="session empty")
+    lingering = [pid for pid in in_session if pid != leader.pid]
+    assert host.sweep_session(leader.pid, ("sleep 61*",), token="someone-else") == lingering
+    assert host.session_pids(leader.pid) == [] and _pids_with_cmdline(b"sleep\x0061\x00") == escaped
+    assert host.sweep_session(leader.pid, ("sleep 61*",), token=token) == escaped  # by its token
+    assert _pids_with_cmdline(b"sleep\x0061\x00") == []
+
+
+def _pids_with_cmdline(cmdline: bytes) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and Path(f"/proc/{entry}/cmdline").read_bytes() == cmdline:
+                found.append(int(entry))
+        except OSError:
+            pass
+    return sorted(found)
+
+
+def test_rotate_file_shifts_backups(host, tmp_path):
+    log = tmp_path / "service.log"
+    log.write_text("first generation\n")
+    assert host.rotate_file(str(log), 2, over_bytes=1000) is False  # small enough
+    assert host.rotate_file(str(log), 2, over_bytes=5) is True
+    assert not log.exists() and (tmp_path / "service.log.1").read_text() == "first generation\n"
+    log.write_text("second\n")
+    assert host.rotate_file(str(log), 2) is True
+    assert (tmp_path / "service.log.2").read_text() == "first generation\n"
+    log.write_text("third\n")
+    inode = log.stat().st_ino
+    assert host.rotate_file(str(log), 2, copy_truncate=True) is True
+    assert (log.stat().st_ino, log.stat().st_size) == (inode, 0)
+    assert (tmp_path / "service.log.1").read_text() == "third\n"
+    assert (tmp_path / "service.log.2").read_text() == "second\n"
+    assert host.rotate_file(str(tmp_path / "absent.log"), 2) is False
 
 
 def _pids_in_session(session_id: int) -> list[int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +182,3 @@ def _local_path(value: str, base_dir: Path | None) -> str:
         expanded = (base_dir / expanded).resolve()
     return str(expanded)
 
-
-def with_overrides(entry: HostEntry, **changes: Any) -> HostEntry:
-    return replace(entry, **changes)

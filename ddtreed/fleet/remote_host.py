@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import posixpath
 import secrets
@@ -14,6 +13,7 @@ import structlog
 
 from ..host import CommandResult
 from ..records import ExitStatus
+from . import remote_procs
 from .follower import RemoteFollower
 from .inventory import HostEntry
 from .ssh import REMOTE_FAILED, Connection, FleetError
@@ -21,6 +21,7 @@ from .tunnel import Tunnel
 
 log = structlog.get_logger(__name__)
 
+SWEEP_WAIT_S = 3.0  # SIGKILL takes effect at once; this covers scheduling latency
 POLL_TIMEOUT_S = 15.0  # one status round trip; a host slower than this is treated as unreachable
 
 # A wrapper in its own session starts the service in another new session (so the service's process
@@ -201,19 +202,65 @@ class SshHost:
         channel.close()
         return True
 
-    def sweep_session(self, session_id: int, name_patterns: tuple[str, ...]) -> list[int]:
-        """SIGKILL survivors in the session, or named like its children and descended from its leader."""
-        table = self._checked(["ps", "-e", "-o", "pid=,ppid=,sid=,args="]).stdout
-        rows = []
-        for line in table.splitlines():
-            parts = line.split(None, 3)
-            if len(parts) >= 3 and all(part.isdigit() for part in parts[:3]):
-                rows.append((int(parts[0]), int(parts[1]), int(parts[2]), parts[3] if len(parts) > 3 else ""))
-        victims = sorted(_sweep_victims(rows, session_id, name_patterns))
-        if victims:
-            self.run(["kill", "-s", "KILL", "--", *map(str, victims)], POLL_TIMEOUT_S)
-            log.warning("fleet.swept", host=self.name, session=session_id, pids=victims)
-        return victims
+    def sweep_session(self, session_id: int, name_patterns: tuple[str, ...],
+                      token: str | None = None) -> list[int]:
+        """SIGKILL survivors: in the session, or named like its children and descended from it or
+        carrying its environment token; wait until they are gone; return their pids."""
+        rows = remote_procs.parse_ps(self.run(remote_procs.PS_ARGV, POLL_TIMEOUT_S))
+        victims, undecided = remote_procs.sweep_candidates(rows, session_id, name_patterns)
+        if token is not None:
+            victims |= {pid for pid in undecided if remote_procs.carries_token(self._environ(pid), token)}
+        victims.discard(0)
+        if not victims:
+            return []
+        self.run(["kill", "-s", "KILL", "--", *map(str, sorted(victims))], POLL_TIMEOUT_S)
+        self._wait_gone(victims)
+        log.warning("fleet.swept", host=self.name, session=session_id, pids=sorted(victims))
+        return sorted(victims)
+
+    def _environ(self, pid: int) -> bytes:
+        try:
+            return self.read_bytes(f"/proc/{pid}/environ")
+        except OSError:  # gone, or not ours to read
+            return b""
+
+    def _wait_gone(self, pids: set[int]) -> None:
+        deadline = time.monotonic() + SWEEP_WAIT_S
+        while time.monotonic() < deadline:
+            rows = remote_procs.parse_ps(self.run(remote_procs.PS_ARGV, POLL_TIMEOUT_S))
+            if not any(row.pid in pids and not row.zombie for row in rows):
+                return
+            time.sleep(0.05)  # poll interval: each check is a round trip
+        log.error("fleet.sweep_survivor", host=self.name, pids=sorted(pids),
+                  hint="process survived SIGKILL (uninterruptible sleep in a driver?)")
+
+    def session_pids(self, session_id: int) -> list[int]:
+        rows = remote_procs.parse_ps(self.run(remote_procs.PS_ARGV, POLL_TIMEOUT_S))
+        return remote_procs.session_pids(rows, session_id)
+
+    def rotate_file(self, path: str, backups: int, over_bytes: int | None = None,
+                    copy_truncate: bool = False) -> bool:
+        """path -> path.1 -> … -> path.N over SFTP; copy_truncate keeps the writer's inode."""
+        sftp = self._connection.sftp()
+        try:
+            size = sftp.stat(path).st_size or 0
+        except FileNotFoundError:
+            return False
+        if size == 0 or (over_bytes is not None and size <= over_bytes):
+            return False
+        if backups <= 0:
+            sftp.truncate(path, 0) if copy_truncate else sftp.remove(path)
+            return True
+        for index in range(backups - 1, 0, -1):
+            if self.exists(f"{path}.{index}"):
+                sftp.posix_rename(f"{path}.{index}", f"{path}.{index + 1}")
+        if copy_truncate:
+            # Lines written between the copy and the truncate are lost, as with LocalHost.
+            self._checked(["cp", "--", path, f"{path}.1"])
+            sftp.truncate(path, 0)
+        else:
+            sftp.posix_rename(path, f"{path}.1")
+        return True
 
     def gpu_holders(self, pids: list[int] | None = None) -> list[int]:
         result = self.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], POLL_TIMEOUT_S)
@@ -231,26 +278,6 @@ class SshHost:
         if tunnel is None or tunnel.closed:
             tunnel = self._tunnels[key] = Tunnel(self._connection, *key)
         return f"http://127.0.0.1:{tunnel.local_port}"
-
-
-def _sweep_victims(rows: list[tuple[int, int, int, str]], session_id: int,
-                   name_patterns: tuple[str, ...]) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for pid, ppid, _, _ in rows:
-        children.setdefault(ppid, []).append(pid)
-    descendants, stack = set(), [session_id]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in descendants:
-                descendants.add(child)
-                stack.append(child)
-    victims = set()
-    for pid, _, sid, args in rows:
-        named = any(fnmatch.fnmatch(args.split(" ", 1)[0] if args else "", pattern)
-                    or fnmatch.fnmatch(args, pattern) for pattern in name_patterns)
-        if sid == session_id or (named and pid in descendants):
-            victims.add(pid)
-    return victims
 
 
 def _remote_env(env: dict[str, str]) -> dict[str, str]:
