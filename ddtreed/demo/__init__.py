@@ -68,7 +68,8 @@ def demo_argv(target: Path, draft: Path, *, port: int, budget: int, block_size: 
             "--speculative-num-draft-tokens", str(block_size)]
     if algorithm.upper() == "DDTREE":
         argv += ["--speculative-ddtree-budget", str(budget)]
-    argv += ["--page-size", "1", "--host", "127.0.0.1", "--port", str(port),
+    # A full tree (budget > block - 1) needs the triton backend, as the DDTree server demands.
+    argv += ["--page-size", "1", "--attention-backend", "triton", "--host", "127.0.0.1", "--port", str(port),
              "--device", device, "--load-seconds", str(load_seconds)]
     if fault and fault != "none":
         argv += ["--fault", fault]
