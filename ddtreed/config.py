@@ -78,6 +78,9 @@ class CanaryConfig:
     max_divergent_tokens: int = 0
     repetition_limit: int = 8  # the same token this many times in a row is degenerate
     collapse_accept_length: float = 1.2  # at or below: acceptance collapsed
+    collapse_baseline_fraction: float = 0.5  # below this share of the learned baseline: collapsed
+    timeout_s: float = 60.0  # deadline budget for one whole canary run (all prompts)
+    busy_requests: int = 4  # periodic runs wait while this many requests run or queue (/metrics)
 
 
 @dataclass(frozen=True)

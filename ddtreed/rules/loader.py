@@ -17,7 +17,8 @@ REQUIRED = ("id", "category", "title", "meaning", "match", "diagnosis")
 OPTIONAL = ("when", "precise", "remediations", "advice", "sglang_versions", "references", "priority")
 MATCH_KEYS = ("kind", "exception", "message", "wrapper", "inner_exception", "inner_message",
               "prefix", "frames", "frames_absent", "exit_code", "signal")
-CRASH_KINDS = ("traceback", "child-death", "watchdog-timeout", "killed", "nccl-watchdog")
+CRASH_KINDS = ("traceback", "child-death", "watchdog-timeout", "killed", "nccl-watchdog",
+               "canary")  # "canary": a failed output canary (ddtreed/canary), no traceback
 _ID = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
 _VERSION_CLAUSE = re.compile(r"\s*(>=|<=|==|<|>)\s*\d+(\.\d+)*(\.post\d+)?\s*\Z")
 

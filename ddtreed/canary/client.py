@@ -1,0 +1,87 @@
+"""The canary's HTTP calls: a greedy /generate that keeps the token ids, and the service's load."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+# Prometheus gauges SGLang exports with --enable-metrics; their sum is the service's load.
+_LOAD_GAUGES = re.compile(r"^sglang:num_(?:running|queue)_reqs(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
+                          re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One greedy /generate answer, or why there is none (`error`)."""
+
+    text: str | None = None
+    ids: list[int] = field(default_factory=list)  # `output_ids`, when the service returns them
+    accept_length: float | None = None  # meta_info.spec_accept_length
+    completion_tokens: int | None = None
+    elapsed_s: float = 0.0
+    error: str | None = None
+
+
+def generate(base_url: str, prompt: str, max_new_tokens: int, deadline: float) -> Generation:
+    """POST /generate with temperature 0 and a fixed token count; `deadline` is time.monotonic()."""
+    started = time.monotonic()
+    # min=max pins the length: a canary compares a fixed number of tokens, never an early stop.
+    payload = {"text": prompt, "sampling_params": {
+        "max_new_tokens": max_new_tokens, "min_new_tokens": max_new_tokens, "temperature": 0}}
+    status, body, error = request(base_url, "POST", "/generate", payload, deadline)
+    elapsed = time.monotonic() - started
+    if status != 200:
+        why = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}" if status else error
+        return Generation(elapsed_s=elapsed, error=f"/generate: {why}")
+    try:
+        answer = json.loads(body)
+        meta = answer.get("meta_info") or {}
+    except (ValueError, AttributeError):
+        return Generation(elapsed_s=elapsed, error="/generate: not a JSON object")
+    ids = answer.get("output_ids")
+    accept = meta.get("spec_accept_length")
+    tokens = meta.get("completion_tokens")
+    return Generation(
+        text=answer.get("text") if isinstance(answer.get("text"), str) else None,
+        ids=[int(i) for i in ids] if isinstance(ids, list) and all(isinstance(i, int) for i in ids) else [],
+        accept_length=float(accept) if isinstance(accept, (int, float)) else None,
+        completion_tokens=tokens if isinstance(tokens, int) else None, elapsed_s=elapsed)
+
+
+def service_load(base_url: str, deadline: float) -> int | None:
+    """Running plus queued requests from /metrics; None when the service does not export them."""
+    status, body, _ = request(base_url, "GET", "/metrics", None, deadline)
+    if status != 200:
+        return None
+    values = _LOAD_GAUGES.findall(body.decode("utf-8", "replace"))
+    if not values:
+        return None
+    try:
+        return int(sum(float(value) for value in values))
+    except ValueError:
+        return None
+
+
+def request(base_url: str, method: str, path: str, payload: Any,
+            deadline: float) -> tuple[int | None, bytes, str]:
+    """(HTTP status or None, body, error text); the timeout is what is left of the deadline."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return None, b"", "deadline passed before the request"
+    data = None if payload is None else json.dumps(payload).encode()
+    call = urllib.request.Request(base_url.rstrip("/") + path, data=data, method=method,
+                                  headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(call, timeout=remaining) as response:
+            return response.status, response.read(), ""
+    except urllib.error.HTTPError as error:
+        return error.code, error.read(), ""
+    except (urllib.error.URLError, socket.timeout, ConnectionError, TimeoutError) as error:
+        reason = getattr(error, "reason", error)
+        return None, b"", f"{type(reason).__name__}: {reason}"
