@@ -18,7 +18,7 @@ import structlog
 from . import context as context_stage
 from .config import Config, ConfigError, load
 from .health import MilestoneTracker
-from .host import Host
+from .host import Host, LocalHost
 from .incidents import Store, database_path
 from .launch import Supervisor
 from .logsetup import incident_context
@@ -57,10 +57,11 @@ class Daemon:
                  notifier: Notifier | None = None, stop_after_incident: bool = False,
                  stop_when_healthy: bool = False, deadline: float | None = None):
         self.config = config
-        if host is None:
-            from .fleet import host_for  # LocalHost, or the SshHost of service.remote
+        if host is None and config.service.remote is not None:
+            from .fleet import host_for  # the SshHost of service.remote (imports paramiko)
 
             host = host_for(config)
+        host = host or LocalHost()
         self.host = host
         self.store = store or Store(database_path(config.paths.state_dir))
         self.notifier = notifier or Notifier.from_environment()

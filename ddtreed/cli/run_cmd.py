@@ -13,6 +13,10 @@ from pathlib import Path
 from .common import CliError, add_config, add_json, add_state_dir, load_config, print_json
 
 
+# What each injected fault must be diagnosed as (GPU proofs, docs/gpu-e2e.md).
+FAULT_CATEGORIES = {"device-assert": "illegal-memory-access", "oom-at-capture": "cuda-oom"}
+
+
 def register(commands) -> None:
     run = commands.add_parser(
         "run", help="supervise the service named in a config (the daemon)",
@@ -31,7 +35,7 @@ def register(commands) -> None:
         description="Installs a small SGLang-like service with the founding bug (DDTree budget 32, "
                     "verify graph captured 8 wide), supervises it with the real daemon, and shows "
                     "crash → diagnosis → patch → restart → healthy → incident recorded. Exits 0 "
-                    "only if the loop closed.",
+                    "only if the loop closed (with --fault: only if the fault was diagnosed right).",
     )
     add_state_dir(demo)
     add_json(demo)
@@ -99,8 +103,12 @@ def _report(args: argparse.Namespace, daemon, config) -> int:
 
     store = daemon.store
     incidents = store.list_incidents(limit=10)
-    wanted = "prevented" if args.preflight else "resolved"
-    closed = any(incident["status"] == wanted for incident in incidents)
+    if args.fault != "none":  # an injected fault: the point is the diagnosis and what was tried
+        wanted = f"diagnosed as {FAULT_CATEGORIES[args.fault]}"
+        closed = any(incident["category"] == FAULT_CATEGORIES[args.fault] for incident in incidents)
+    else:
+        wanted = "prevented" if args.preflight else "resolved"
+        closed = any(incident["status"] == wanted for incident in incidents)
     if args.json:
         from ..incidents.views import as_json
 
@@ -110,7 +118,7 @@ def _report(args: argparse.Namespace, daemon, config) -> int:
         for incident in reversed(incidents):
             print(render_incident(store.get(incident["id"])))
             print()
-        verdict = "the loop closed" if closed else f"the loop did NOT close (no {wanted} incident)"
+        verdict = f"the loop closed ({wanted})" if closed else f"the loop did NOT close (no incident {wanted})"
         print(f"demo: {verdict}. Review with: ddtreed incidents --state-dir {config.paths.state_dir}")
     return 0 if closed else 1
 

@@ -73,6 +73,8 @@ def demo_argv(target: Path, draft: Path, *, port: int, budget: int, block_size: 
              "--device", device, "--load-seconds", str(load_seconds)]
     if fault and fault != "none":
         argv += ["--fault", fault]
+    if fault == "oom-at-capture":  # capture memory grows with the batch sizes captured
+        argv += ["--cuda-graph-max-bs", "8"]
     if garbage_above_budget is not None:
         argv += ["--garbage-above-budget", str(garbage_above_budget)]
     if collapse_acceptance:

@@ -69,7 +69,8 @@ class Worker:
         self.torch, self.rank, self.args, self.log = torch, rank, server_args, logger
         self.device = _pick_device(torch, server_args.device)
         self._load_weights()
-        reserve = _capture_reserve(torch, self.device) if server_args.fault == "oom-at-capture" else 0
+        reserve = (_capture_reserve(torch, self.device, server_args.cuda_graph_max_bs)
+                   if server_args.fault == "oom-at-capture" else 0)
         started = time.monotonic()
         self.log.info("Capture target verify CUDA graph begin. This can take up to several minutes. "
                       "num_tokens_per_bs=%d, avail mem=%.2f GB",
@@ -171,10 +172,16 @@ def _avail_gb(torch, device) -> float:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
 
 
-def _capture_reserve(torch, device) -> int:
-    """More than the device has: the out-of-memory-at-capture fault (plain allocation, no UVM)."""
+def _capture_reserve(torch, device, max_bs: int) -> int:
+    """Capture workspace that grows with the largest captured batch: the out-of-memory fault.
+
+    At max bs 8 each rank asks for 55% of the card, so the ranks together ask for more than it has
+    (plain allocations, never managed memory); halving the batch size (the rule's first
+    remediation) makes it fit, as lowering --cuda-graph-max-bs does for a real capture.
+    """
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0] + 2**30
+        total = torch.cuda.get_device_properties(device).total_memory
+        return int(total * 0.55 * max_bs / 8)
     return 1 << 48  # 256 TiB: no CPU allocator grants it
 
 
