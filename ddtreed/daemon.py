@@ -64,7 +64,8 @@ class Daemon:
         host = host or LocalHost()
         self.host = host
         self.store = store or Store(database_path(config.paths.state_dir))
-        self.notifier = notifier or Notifier.from_environment()
+        # unset: the SGLang tree must not inherit NOTIFY_SOCKET / WATCHDOG_* and talk to systemd
+        self.notifier = notifier or Notifier.from_environment(unset=True)
         self.stop_after_incident = stop_after_incident  # demo and tests: one incident, then stop
         self.stop_when_healthy = stop_when_healthy
         self.deadline = deadline  # time.monotonic() after which the loop stops (demo, tests)

@@ -36,7 +36,11 @@ class CudaGraphRunner:
         self.raw_num_token = 0
         try:
             # The workspace a real capture needs beyond the buffers (activations, graph pool).
-            self.workspace = torch.empty(reserve_bytes, dtype=torch.uint8, device=device)
+            # Without graphs on a GPU there is no capture to reserve for (--disable-cuda-graph
+            # fixes a capture OOM); on the CPU the fault is simulated either way.
+            needs_workspace = self.use_graphs or device.type != "cuda"
+            self.workspace = torch.empty(reserve_bytes if needs_workspace else 0, dtype=torch.uint8,
+                                         device=device)
             self.input_ids = torch.zeros(self.max_num_token, dtype=torch.long, device=device)
             self.output_ids = torch.zeros(self.max_num_token, dtype=torch.long, device=device)
             if self.use_graphs:
