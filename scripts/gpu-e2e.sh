@@ -30,8 +30,8 @@ run_case() {  # name, then `ddtreed demo` options
     >"$out_dir/$name.json" 2>"$out_dir/$name.log"
   local rc=$?
   cp "$work/$name/logs/service.stderr.log" "$out_dir/$name.service.log" 2>/dev/null
-  printf '%s: exit %d in %.1fs\n' "$name" "$rc" "$(echo "$(date +%s.%N) - $started" | bc)" \
-    | tee -a "$out_dir/cases.txt"
+  awk -v n="$name" -v rc="$rc" -v s="$started" -v e="$(date +%s.%N)" \
+    'BEGIN { printf "%s: exit %d in %.1fs\n", n, rc, e - s }' | tee -a "$out_dir/cases.txt"
   [ "$rc" -eq 0 ] || status=1
 }
 
