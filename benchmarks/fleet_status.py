@@ -64,9 +64,9 @@ def fleet_status(inventory: Path) -> dict:
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=900)
     wall = time.monotonic() - started
     report = json.loads(done.stdout)
-    errors = sorted({host["error"] for host in report["hosts"] if not host["ok"]})
+    failures = {host["error"]: host["detail"] for host in report["hosts"] if not host["ok"]}
     return {"wall_s": round(wall, 2), "fleet_elapsed_s": report["elapsed_s"],
-            "ok": sum(host["ok"] for host in report["hosts"]), "failed_reasons": errors}
+            "ok": sum(host["ok"] for host in report["hosts"]), "failures": failures}
 
 
 def main() -> int:

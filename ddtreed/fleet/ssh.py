@@ -29,8 +29,11 @@ TIMEOUT = "timeout"
 _KNOWN_HOSTS_LOCK = threading.Lock()  # accept-new appends from many worker threads
 
 
-class FleetError(Exception):
-    """A per-host failure: `reason` is one of the constants above, `detail` says what happened."""
+class FleetError(OSError):
+    """A per-host failure: `reason` is one of the constants above, `detail` says what happened.
+
+    An OSError, so code written against LocalHost (which raises OSError) handles SshHost failures too.
+    """
 
     def __init__(self, reason: str, detail: str, exit_code: int | None = None, result: object = None):
         super().__init__(f"{reason}: {detail}")
@@ -283,6 +286,8 @@ class Connection:
     def run(self, argv: list[str], timeout: float, stdin_data: bytes | None = None) -> CommandResult:
         try:
             return exec_command(self.client(), argv, timeout, stdin_data)
+        except FleetError:
+            raise
         except (paramiko.SSHException, OSError, EOFError) as error:
             raise FleetError(UNREACHABLE, f"{self.entry.name}: connection lost: {error}") from None
 
