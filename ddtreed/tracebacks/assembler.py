@@ -42,8 +42,11 @@ class Assembler:
     """Feed LogChunks; `take()` returns groups of crashes from ranks that failed together."""
 
     def __init__(self, settle_s: float = 1.0, max_lines: int = 2000, max_pending: int = 64,
-                 max_group_s: float = 60.0):
+                 max_group_s: float = 60.0, eager: bool = False):
         self.settle_s = settle_s
+        # eager: hand out a group as soon as every traceback in it has its exception line, without
+        # waiting settle_s for other ranks; ranks that finish later arrive in a later group.
+        self.eager = eager
         self.max_lines = max_lines  # per traceback, so a runaway message cannot grow unbounded
         self.max_pending = max_pending  # open tracebacks per source
         self.max_group_s = max_group_s  # a group that never goes quiet is still emitted
@@ -72,13 +75,17 @@ class Assembler:
     def take(self, now: float, final: bool = False) -> list[tuple[Crash, ...]]:
         """Groups quiet for settle_s (all of them when `final`), oldest first."""
         self._finish_stale(now, final)
+        if self.eager:
+            self._finish_complete(now)
         ready = [crashes for crashes in self._ready if crashes]
         self._ready.clear()
         group = self._group
         if group is None:
             return ready
         if not final and now - group.started < self.max_group_s:
-            if self._any_open() or now - group.last_activity < self.settle_s:
+            quiet = now - group.last_activity >= self.settle_s
+            # Eager needs a parsed crash: a SIGQUIT line alone may precede the ranks' tracebacks.
+            if self._any_open() or not (quiet or (self.eager and group.crashes)):
                 return ready
         self._group = None
         crashes = group.emit()
@@ -277,6 +284,14 @@ class Assembler:
                 self._finish_pyspy(state, now)
             if final:
                 state.terminate = None
+
+    def _finish_complete(self, now: float) -> None:
+        """Eager mode: a traceback whose exception line arrived is done. SGLang logs a rank's
+        traceback in one write, so at the end of a read nothing more of it is coming."""
+        for state in self._states.values():
+            for builder in list(state.open):
+                if builder.kind == "traceback" and builder.state in (MESSAGE, AFTER):
+                    self._finish(state, builder, now)
 
     def _any_open(self) -> bool:
         return any(state.open or state.pyspy is not None for state in self._states.values())

@@ -1,0 +1,73 @@
+"""Crash → relaunch overhead of the real `ddtreed run`, with the founding patch applied each loop.
+
+Each loop supervises a fresh fast fake service (tests/programs/fast_service.py) that prints the
+founding traceback on every rank and dies by SIGKILL until the demo engine is patched. Measured
+from the service's own exit stamp to the daemon's `service.started` event of the relaunch, minus
+the daemon's stop of the (already dead) service (`service.stopping` → `service.stopped`).
+Prints ONE JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from _common import emit, events, percentile, start_daemon, stop_daemon, summary_ms, wait_for
+
+import fast_service  # noqa: E402  (tests/programs, put on sys.path by _common)
+from ddtreed.demo import free_port  # noqa: E402
+
+
+def one_loop(directory: Path) -> dict[str, float]:
+    marks = directory / "service-events.txt"
+    config = fast_service.write_config(directory, port=free_port(), extra_args=("--events", str(marks)))
+    log_path = directory / "daemon.jsonl"
+    daemon = start_daemon(config, log_path)
+    try:
+        resolved = wait_for(lambda: any(e["event"] == "incident_resolved" for e in events(log_path)), 60.0)
+    finally:
+        stop_daemon(daemon)
+    if not resolved:
+        raise SystemExit(f"loop in {directory} did not resolve; see {log_path}")
+    found = events(log_path)
+    exit_at = next(float(line.split()[1]) for line in marks.read_text().splitlines() if line.startswith("exit"))
+    stopping = next(e["at"] for e in found if e["event"] == "service.stopping" and e.get("reason") == "crash")
+    stopped = next(e["at"] for e in found if e["event"] == "service.stopped" and e.get("reason") == "crash")
+    opened = next(e["at"] for e in found if e["event"] == "incident_opened")
+    applied = next(e["at"] for e in found if e["event"] == "remediation_applied")
+    relaunched = next(e["at"] for e in found if e["event"] == "service.started" and "incident_id" in e)
+    return {
+        "crash_to_relaunch": relaunched - exit_at - (stopped - stopping),
+        "crash_to_decision": stopping - exit_at,  # log read + assembler settle window
+        "stop": stopped - stopping,
+        "diagnose_and_record": opened - stopped,
+        "apply_patch": applied - opened,
+        "apply_to_relaunch": relaunched - applied,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--loops", type=int, default=20)
+    args = parser.parse_args()
+    samples: list[dict[str, float]] = []
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ddtreed-loop-") as root:
+        for index in range(args.loops):
+            directory = Path(root) / f"loop{index}"
+            directory.mkdir()
+            samples.append(one_loop(directory))
+    result = {"benchmark": "loop_overhead", "loops": len(samples)}
+    result.update(summary_ms([s["crash_to_relaunch"] for s in samples], "crash_to_relaunch"))
+    for part in ("crash_to_decision", "stop", "diagnose_and_record", "apply_patch", "apply_to_relaunch"):
+        result[f"{part}_p50_ms"] = round(percentile([s[part] * 1000 for s in samples], 0.5), 3)
+    result["goal_p50_ms"] = 500
+    result["goal_met"] = result["crash_to_relaunch_p50_ms"] <= 500
+    result["wall_s"] = round(time.monotonic() - started, 1)
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()
