@@ -1,4 +1,4 @@
-"""`ddtreed remediate list|apply|revert|status`: the remediation catalog and what is applied."""
+"""`ddtreed remediate list|apply|revert|status|unfreeze|promote`: the catalog and what is applied."""
 
 from __future__ import annotations
 
@@ -37,6 +37,25 @@ def register(commands) -> None:
     status.add_argument("--all", action="store_true", help="include reverted applications")
     _common(status)
     status.set_defaults(handler=cmd_status)
+
+    unfreeze = actions.add_parser("unfreeze", help="let the daemon remediate a frozen signature again")
+    unfreeze.add_argument("signature", metavar="SIGNATURE", help="the fingerprint (incidents show it)")
+    add_config(unfreeze)
+    add_state_dir(unfreeze)
+    add_json(unfreeze)
+    unfreeze.set_defaults(handler=cmd_unfreeze)
+
+    promote = actions.add_parser(
+        "promote", help="try the better configuration a degradation step replaced; keep it if it verifies",
+        description="Undo the remembered degradation steps (flags/env), launch the service, verify it "
+                    "as the daemon does, and keep the better configuration only if it verifies. Run it "
+                    "while the daemon is stopped: the service is stopped again afterwards.")
+    add_config(promote, required=True)
+    add_state_dir(promote)
+    add_json(promote)
+    promote.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                         help="give up after this long (default: startup budget + probes + window)")
+    promote.set_defaults(handler=cmd_promote)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -189,3 +208,38 @@ def cmd_status(args) -> int:
         rows.append([entry["application_id"], entry["remediation_id"], state, where, after])
     print(table(rows, ["APPLICATION", "REMEDIATION", "STATUS", "WHERE", "SHA256 AFTER"]))
     return 0
+
+
+def cmd_unfreeze(args) -> int:
+    from ..incidents import Store, StoreError, database_path
+
+    path = database_path(state_dir(args, load_config(args.config)))
+    try:
+        with Store(path, create=False) as store:
+            lifted = store.unfreeze(args.signature)
+    except StoreError as error:
+        raise CliError(str(error)) from None
+    if not lifted:
+        raise CliError(f"signature {args.signature} is not frozen in {path}")
+    if args.json:
+        print_json({"unfrozen": args.signature})
+    else:
+        print(f"unfrozen {args.signature}: the daemon may remediate it again")
+    return 0
+
+
+def cmd_promote(args) -> int:
+    from ..promote import PromoteError, promote
+
+    config = load_config(args.config)
+    if args.state_dir:
+        config = config.with_state_dir(args.state_dir)
+    try:
+        result = promote(config, timeout=args.timeout)
+    except PromoteError as error:
+        raise CliError(str(error), exit_code=error.exit_code) from None
+    if args.json:
+        print_json(asdict(result))
+    else:
+        print(result.text())
+    return 0 if result.promoted else 1
