@@ -29,6 +29,7 @@ FIXED_RULE = '''[[rule]]
 id = "operator-added-rule"
 category = "other"
 title = "A rule an operator added while the daemon ran"
+meaning = "Only here to prove that a corrected file is picked up on SIGHUP."
 priority = 2
 diagnosis = "An operator rule matched."
 [rule.match]
