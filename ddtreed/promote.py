@@ -1,0 +1,135 @@
+"""Promotion: try the configuration a degradation step replaced, and keep it only if it verifies.
+
+The daemon remembers a verified flag/env ladder step in the incident store (`Store.degraded`).
+Once a precise fix exists (a patch applied, a newer sglang, a new rule), `promote` undoes those
+steps, launches the service, verifies it exactly as the daemon verifies a fix (readiness, probes,
+a real generation, acceptance, the window), and either keeps the better launch or puts the
+degradation back. It drives a Daemon's own pieces, so it runs while the daemon is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import structlog
+
+from .config import Config
+from .daemon import Daemon, Stopping
+from .incidents import Store, database_path
+from .records import Application
+from .verify import Verdict
+
+log = structlog.get_logger(__name__)
+
+SLACK_S = 60.0  # beyond the probe budgets: stop, port release, process start
+
+
+class PromoteError(Exception):
+    """Promotion could not even be tried; one line for the user."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass
+class PromoteResult:
+    promoted: bool
+    detail: str
+    undone: list[str] = field(default_factory=list)  # degradation steps taken back for the trial
+    restored: list[str] = field(default_factory=list)  # steps put back after a failed trial
+    argv: list[str] = field(default_factory=list)  # the launch in force afterwards
+    accept_length: float | None = None
+
+    def text(self) -> str:
+        head = "promoted" if self.promoted else "not promoted"
+        lines = [f"{head}: {self.detail}", f"  trial without: {', '.join(self.undone)}"]
+        if self.restored:
+            lines.append(f"  degradation restored: {', '.join(self.restored)}")
+        lines.append("  launch now: " + " ".join(self.argv))
+        return "\n".join(lines)
+
+
+def promote(config: Config, *, host=None, timeout: float | None = None) -> PromoteResult:
+    """Undo the remembered degradation, restart, verify; keep the better launch only if it holds."""
+    state_dir = config.paths.state_dir
+    _refuse_while_supervised(state_dir)
+    if not database_path(state_dir).exists():
+        raise PromoteError(f"{database_path(state_dir)}: no incident database: nothing was degraded")
+    store = Store(database_path(state_dir))
+    degraded = store.degraded(config.source)
+    if degraded is None:
+        raise PromoteError(f"{config.source}: not degraded: no ladder step is remembered for this service")
+    daemon = Daemon(config, host=host, store=store, deadline=time.monotonic() + (timeout or _budget(config)))
+    steps = sorted((a for a in daemon.engine.status() if a.launch is not None), key=lambda a: a.applied_at)
+    if not steps:
+        store.clear_degraded(config.source)
+        raise PromoteError(f"{config.source}: the remembered step {degraded['step_id']} is no longer applied "
+                           "(reverted by hand?); cleared the stale record")
+    daemon.argv, daemon.env = list(steps[-1].launch.argv), dict(steps[-1].launch.env)
+    for application in reversed(steps):
+        daemon._revert(application)
+    undone = [application.remediation_id for application in steps]
+    log.info("promotion_trial", undone=undone, argv=daemon.argv)
+    try:
+        verdict = _trial(daemon)
+        if verdict.ok:
+            store.clear_degraded(config.source)
+            log.info("promotion_kept", undone=undone, accept_length=verdict.accept_length)
+            return PromoteResult(True, verdict.detail, undone, [], list(daemon.argv), verdict.accept_length)
+        restored = _restore(daemon, steps)
+        log.warning("promotion_rejected", detail=verdict.detail, restored=restored)
+        return PromoteResult(False, verdict.detail, undone, restored, list(daemon.argv), verdict.accept_length)
+    finally:
+        daemon._shutdown()
+
+
+def _trial(daemon: Daemon) -> Verdict:
+    """Start the better launch and verify it like a fix (window included)."""
+    try:
+        if not daemon._start_service():
+            return Verdict(False, "restart budget spent")
+        return daemon._verifier().verify(first_start=False)
+    except Stopping:
+        return Verdict(False, "stopped before the trial finished (timeout or signal)")
+    finally:
+        daemon._stop_service("promotion trial over")
+
+
+def _restore(daemon: Daemon, steps: list[Application]) -> list[str]:
+    """Put the degradation back, step by step, as verified applications (it was verified before)."""
+    incidents = {row["application_id"]: row["incident_id"] for row in daemon.store.applications()}
+    restored = []
+    for previous in steps:
+        plan = daemon.engine.plan(previous.remediation_id, daemon.context, env=daemon.env)
+        if not plan.applicable:
+            log.error("promotion_restore_failed", remediation=previous.remediation_id, reason=plan.reason)
+            continue
+        incident_id = incidents.get(previous.application_id)
+        application = daemon.engine.apply(plan, incident_id=incident_id)
+        daemon.store.record_application(incident_id, application, status="verified")
+        daemon._adopt(application)
+        restored.append(previous.remediation_id)
+    return restored
+
+
+def _refuse_while_supervised(state_dir: str) -> None:
+    """Two supervisors of one service fight over its port: promotion wants the daemon stopped."""
+    pid_file = Path(state_dir) / "ddtreed.pid"
+    try:
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    if pid != os.getpid() and psutil.pid_exists(pid):
+        raise PromoteError(f"ddtreed (pid {pid}, {pid_file}) supervises this service: stop it, promote, "
+                           "then start it again")
+
+
+def _budget(config: Config) -> float:
+    probe = config.probe
+    return (probe.startup_timeout_s + probe.health_timeout_s + probe.generate_timeout_s
+            + probe.verify_window_s + config.policy.stop_grace_s + SLACK_S)
