@@ -21,12 +21,39 @@ import structlog
 _SYSLOG_PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "exception": 3, "critical": 2}
 
 
+class _CurrentStream:
+    """Writes to whatever sys.stdout / sys.stderr is at write time, not at configure time.
+
+    Tests (and embedding programs) swap and close those streams; a logger bound to the old object
+    would raise "I/O operation on closed file" on its next line.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def write(self, text: str) -> int:
+        return getattr(sys, self.name).write(text)
+
+    def flush(self) -> None:
+        getattr(sys, self.name).flush()
+
+    def isatty(self) -> bool:
+        return getattr(sys, self.name).isatty()
+
+    def fileno(self) -> int:
+        return getattr(sys, self.name).fileno()
+
+
+CURRENT_STDOUT = _CurrentStream("stdout")
+CURRENT_STDERR = _CurrentStream("stderr")
+
+
 def configure(json_output: bool | None = None, level: str = "info", stream: TextIO | None = None) -> None:
     """Set up structlog (and the stdlib loggers of libraries) to write to `stream` (stdout).
 
     json_output None: JSON unless the stream is a terminal. An unknown level is a ValueError.
     """
-    stream = sys.stdout if stream is None else stream
+    stream = CURRENT_STDOUT if stream is None else stream
     level_number = _level_number(level)
     if json_output is None:
         json_output = not _is_terminal(stream)

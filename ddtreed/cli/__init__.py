@@ -46,10 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
-    from ..logsetup import configure
+    from ..logsetup import CURRENT_STDERR, configure
 
     # Logs go to stderr so that stdout stays clean for --json; `run` reconfigures for journald.
-    configure(json_output=False, level="warning", stream=sys.stderr)
+    configure(json_output=False, level="warning", stream=CURRENT_STDERR)
     try:
         return int(args.handler(args) or 0)
     except CliError as error:

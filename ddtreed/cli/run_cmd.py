@@ -54,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.state_dir:
         config = config.with_state_dir(args.state_dir)
-    from ..logsetup import configure
+    from ..logsetup import CURRENT_STDERR, configure
 
     configure(json_output=None if args.log_format is None else args.log_format == "json")
     from ..daemon import Daemon
@@ -81,7 +81,7 @@ def _daemon(config, **options):
 
 def _demo(args: argparse.Namespace) -> int:
     from .. import demo
-    from ..logsetup import configure
+    from ..logsetup import CURRENT_STDERR, configure
 
     demo_dir = Path(args.state_dir or tempfile.mkdtemp(prefix="ddtreed-demo-"))
     fault = None if args.fault == "none" else args.fault
@@ -91,7 +91,7 @@ def _demo(args: argparse.Namespace) -> int:
     config = load_config(str(config_path))
     # The crash path is the point of the plain demo; --preflight shows the prevented path.
     config = replace(config, preflight=replace(config.preflight, enabled=args.preflight))
-    configure(json_output=False, level="info", stream=sys.stderr)
+    configure(json_output=False, level="info", stream=CURRENT_STDERR)
     _say(args, f"demo: state and logs in {demo_dir}; config {config_path}")
     _say(args, "demo: launching the demo DDTree service (block 8, budget 32) under ddtreed …")
     daemon = _daemon(config, stop_after_incident=not args.preflight, stop_when_healthy=args.preflight,
