@@ -1,0 +1,80 @@
+"""Footprint of the real `ddtreed run` while its service logs SGLang decode lines at 1,000 lines/s.
+
+The service (tests/programs/fast_service.py) first crashes with the founding traceback; once the
+daemon has patched it and the incident is resolved, the daemon process alone (not the service)
+is sampled with psutil for `--seconds`: peak RSS and CPU time over wall time. Prints ONE JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from _common import emit, events, start_daemon, stop_daemon, wait_for
+
+import fast_service  # noqa: E402  (tests/programs, put on sys.path by _common)
+from ddtreed.demo import free_port  # noqa: E402
+
+SAMPLE_EVERY_S = 0.5
+
+
+def count_lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--lines-per-s", type=float, default=1000.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ddtreed-footprint-") as root:
+        root = Path(root)
+        config = fast_service.write_config(root, port=free_port(),
+                                           extra_args=("--lines-per-s", str(args.lines_per_s)))
+        log_path = root / "daemon.jsonl"
+        daemon = start_daemon(config, log_path)
+        try:
+            if not wait_for(lambda: any(e["event"] == "incident_resolved" for e in events(log_path)), 60.0):
+                raise SystemExit(f"the daemon did not get the service healthy; see {log_path}")
+            result = sample(psutil.Process(daemon.pid), root / "logs" / "service.stdout.log", args.seconds)
+            # Without inotify (limit reached) the follower polls every 0.25 s: cheaper, but slower to notice.
+            result["inotify"] = not any(e["event"] == "log_watch_unavailable" for e in events(log_path))
+        finally:
+            stop_daemon(daemon)
+    result.update({"lines_per_s_target": args.lines_per_s, "goal_rss_mb": 40, "goal_cpu_percent": 2})
+    result["goal_met"] = result["rss_mb"] <= 40 and result["cpu_percent"] <= 2
+    emit(result)
+
+
+def sample(process: psutil.Process, service_log: Path, seconds: float) -> dict:
+    lines_before = count_lines(service_log)
+    cpu_before = process.cpu_times()
+    threads_before = {t.id: t.user_time + t.system_time for t in process.threads()}
+    started = time.monotonic()
+    peak_rss = process.memory_info().rss
+    while time.monotonic() - started < seconds:
+        time.sleep(min(SAMPLE_EVERY_S, max(0.0, seconds - (time.monotonic() - started))))
+        peak_rss = max(peak_rss, process.memory_info().rss)
+    wall = time.monotonic() - started
+    cpu_after = process.cpu_times()
+    cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+    # The main thread runs the loop; the others are watchdog's inotify emitter and dispatcher.
+    main_thread = next(t for t in process.threads() if t.id == process.pid)
+    main_cpu = main_thread.user_time + main_thread.system_time - threads_before.get(process.pid, 0.0)
+    memory = process.memory_full_info()
+    lines = count_lines(service_log) - lines_before
+    return {"benchmark": "footprint", "seconds": round(wall, 1), "rss_mb": round(peak_rss / 2**20, 1),
+            "uss_mb": round(memory.uss / 2**20, 1), "cpu_percent": round(100.0 * cpu / wall, 2),
+            "cpu_percent_main_thread": round(100.0 * main_cpu / wall, 2),
+            "cpu_percent_other_threads": round(100.0 * (cpu - main_cpu) / wall, 2),
+            "threads": process.num_threads(), "service_lines": lines,
+            "service_lines_per_s": round(lines / wall, 1)}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Drive the real `ddtreed run` for the fault tests: start, read its JSON events, kill, clean up."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def wait_for(condition, timeout: float, interval: float = 0.02, what: str = "condition"):
+    """Poll `condition` until truthy (returned); AssertionError naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class DaemonProcess:
+    """One `ddtreed run --config CONFIG --log-format json`, its events in `log_path`."""
+
+    def __init__(self, config: Path, log_path: Path, env: dict[str, str] | None = None):
+        self.log_path = Path(log_path)
+        self._out = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "ddtreed", "run", "--config", str(config), "--log-format", "json"],
+            stdout=self._out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+            env={**os.environ, **(env or {})})
+        self.pid = self.process.pid
+
+    def events(self, name: str | None = None) -> list[dict]:
+        found = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            start = line.find("{")
+            if start < 0:
+                continue
+            try:
+                record = json.loads(line[start:])
+            except ValueError:
+                continue
+            if name is None or record.get("event") == name:
+                found.append(record)
+        return found
+
+    def has(self, name: str) -> bool:
+        return bool(self.events(name))
+
+    def kill(self) -> None:
+        """SIGKILL the daemon only (its service lives in its own session and survives it)."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(10)
+        self._out.close()
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"ddtreed pid {self.pid} ignored SIGTERM for {timeout}s")
+        self._out.close()
+        return code
+
+
+def service_pids(events_file: Path) -> list[int]:
+    """Pids of every service start recorded by fast_service.py --events."""
+    if not events_file.exists():
+        return []
+    return [int(line.split()[2]) for line in events_file.read_text().splitlines() if line.startswith("start")]
+
+
+def kill_service_sessions(events_file: Path) -> None:
+    """What systemd does to the unit's cgroup when the daemon dies: no service process survives."""
+    for pid in service_pids(events_file):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    wait_for(lambda: not any(_alive(pid) for pid in service_pids(events_file)), 10.0,
+             what="the killed service sessions to exit")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def count(events_file: Path, what: str) -> int:
+    if not events_file.exists():
+        return 0
+    return sum(1 for line in events_file.read_text().splitlines() if line.startswith(what + " "))

@@ -1,0 +1,163 @@
+"""Issue 7.3: SIGKILL the real `ddtreed run` at random points of a remediation cycle, restart it.
+
+The service is tests/programs/fast_service.py: it crashes with the founding traceback until the
+demo engine file is patched to width budget + 1, then serves. Each trial kills the daemon at a
+random moment of crash → diagnose → patch → restart → verify, kills the orphaned service as
+systemd's cgroup stop would, restarts the daemon and lets it converge, then checks: the engine
+file was never half-written, it ends patched with one matching recorded application and no
+journal, the service serves, and the incidents are neither lost nor duplicated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "programs"))
+
+import fast_service  # noqa: E402
+from fault_harness import DaemonProcess, count, kill_service_sessions, wait_for  # noqa: E402
+
+from ddtreed.demo import free_port  # noqa: E402
+from ddtreed.host import LocalHost  # noqa: E402
+from ddtreed.incidents import Store, database_path  # noqa: E402
+from ddtreed.paths import shipped  # noqa: E402
+from ddtreed.remediation import Engine, load_remediations  # noqa: E402
+from ddtreed.status import read_status  # noqa: E402
+
+TRIALS = 52
+WORKERS = 4  # trials mostly wait (settle window, probes): four at a time fit two cores
+REMEDIATION = "ddtree-verify-graph-width"
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _prepare(directory: Path) -> tuple[Path, Path, int]:
+    directory.mkdir(parents=True)
+    port = free_port()
+    marks = directory / "service-events.txt"
+    config = fast_service.write_config(directory, port=port, extra_args=("--events", str(marks)))
+    return config, marks, port
+
+
+def _running(state_dir: Path, daemon: DaemonProcess) -> bool:
+    status = read_status(state_dir)
+    return status is not None and status.pid == daemon.pid and status.state == "running"
+
+
+def _serves(port: int) -> bool:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/generate", data=b"{}", method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return response.status == 200
+
+
+@pytest.fixture(scope="module")
+def cycle(tmp_path_factory) -> dict:
+    """One undisturbed cycle: the post-image of the patch and how long a cycle takes."""
+    directory = tmp_path_factory.mktemp("calibrate") / "run"
+    config, marks, port = _prepare(directory)
+    pre = fast_service.engine_file(directory).read_bytes()
+    started = time.monotonic()
+    daemon = DaemonProcess(config, directory / "daemon.jsonl")
+    try:
+        wait_for(lambda: daemon.has("incident_resolved"), 60, what="the undisturbed cycle to resolve")
+        duration = time.monotonic() - started
+    finally:
+        assert daemon.stop() == 0
+    post = fast_service.engine_file(directory).read_bytes()
+    assert post != pre and b"ddtreed:ddtree-verify-graph-width" in post
+    return {"pre": pre, "post": post, "duration": duration}
+
+
+def _trial(root: Path, index: int, kill_after: float, cycle: dict) -> dict:
+    directory = root / f"trial{index}"
+    config, marks, port = _prepare(directory)
+    target = fast_service.engine_file(directory)
+    state_dir = directory / "state"
+    first = DaemonProcess(config, directory / "daemon1.jsonl")
+    time.sleep(kill_after)  # the kill point itself; nothing is asserted after this wait
+    first.kill()
+    at_kill = target.read_bytes()
+    kill_service_sessions(marks)
+    second = DaemonProcess(config, directory / "daemon2.jsonl")
+    try:
+        wait_for(lambda: _running(state_dir, second), 60, what=f"trial {index}: restarted daemon serving")
+        serves = _serves(port)
+    finally:
+        code = second.stop()
+    engine = Engine(LocalHost(), str(state_dir), load_remediations([shipped("remediations")]))
+    with Store(database_path(state_dir)) as store:
+        incidents = store.list_incidents(limit=100)
+    return {
+        "index": index, "kill_after": kill_after, "at_kill": at_kill, "final": target.read_bytes(),
+        "serves": serves, "exit_code": code, "applied": engine.status(),
+        "journal": (state_dir / "remediation" / "journal.json").exists(),
+        "incidents": incidents, "crashes": count(marks, "exit"),
+        "first_opened": first.has("incident_opened"), "first_applied": first.has("remediation_applied"),
+    }
+
+
+@pytest.fixture(scope="module")
+def trials(cycle, tmp_path_factory) -> list[dict]:
+    root = tmp_path_factory.mktemp("kill")
+    chooser = random.Random(7)
+    # Kill points spread over the whole cycle (plus the daemon's start), a little past its end.
+    points = [chooser.uniform(0.0, cycle["duration"] * 1.1) for _ in range(TRIALS)]
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return list(pool.map(lambda item: _trial(root, item[0], item[1], cycle), enumerate(points)))
+
+
+@pytest.mark.slow
+def test_patched_file_is_never_half_written(trials, cycle):
+    for trial in trials:
+        assert trial["at_kill"] in (cycle["pre"], cycle["post"]), f"trial {trial['index']}: torn file"
+    # The trials really hit both sides of the write.
+    assert {t["at_kill"] == cycle["post"] for t in trials} == {True, False}
+
+
+@pytest.mark.slow
+def test_service_ends_in_the_patched_configuration(trials, cycle):
+    for trial in trials:
+        where = f"trial {trial['index']} (killed after {trial['kill_after']:.2f}s)"
+        assert trial["final"] == cycle["post"], where
+        assert trial["serves"], where
+        assert trial["exit_code"] == 0, where
+        assert not trial["journal"], f"{where}: a remediation journal was left behind"
+        active = [a for a in trial["applied"] if a.remediation_id == REMEDIATION]
+        assert len(active) == 1, f"{where}: {len(active)} active applications of the patch"
+        assert active[0].files[0].after_sha256 == _sha(cycle["post"]), where
+
+
+@pytest.mark.slow
+def test_no_crash_goes_unrecorded_and_none_is_resolved_twice(trials):
+    for trial in trials:
+        where = f"trial {trial['index']} (killed after {trial['kill_after']:.2f}s)"
+        incidents = trial["incidents"]
+        if trial["crashes"]:
+            assert incidents, f"{where}: the service crashed {trial['crashes']}x but no incident exists"
+        assert len(incidents) <= trial["crashes"], f"{where}: more incidents than crashes"
+        assert {i["rule_id"] for i in incidents} <= {REMEDIATION}, where
+        resolved = [i for i in incidents if i["status"] == "resolved"]
+        assert len(resolved) <= 1, f"{where}: one crash resolved twice"
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "daemon.py does not adopt the incident a killed predecessor left open: after a restart that "
+    "incident stays 'open' forever (its fix held, or the crash repeats and a second incident is "
+    "opened for it). Fix: at Daemon.run start, finish incidents left open by an earlier pid "
+    "(see docs/performance.md, 'Daemon restarts')."))
+def test_every_incident_reaches_a_final_status_after_restart(trials):
+    for trial in trials:
+        where = f"trial {trial['index']} (killed after {trial['kill_after']:.2f}s)"
+        assert all(i["status"] != "open" for i in trial["incidents"]), f"{where}: incident left open"
+        assert len(trial["incidents"]) == (1 if trial["crashes"] else 0), f"{where}: duplicated incident"
