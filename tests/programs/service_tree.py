@@ -38,6 +38,10 @@ for name, new_session in ((None, False), (b"sglang::scheduler_TP0", True)):
         park(name, new_session, listener)
     pids.append(pid)
 listener.close()
+# Publish the pids only once both children have left their group / session: readers check that.
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline and not (os.getpgid(pids[0]) == pids[0] and os.getsid(pids[1]) == pids[1]):
+    time.sleep(0.01)
 with open(pidfile + ".tmp", "w") as handle:
     handle.write(" ".join(map(str, pids)))
 os.replace(pidfile + ".tmp", pidfile)
