@@ -159,3 +159,39 @@ def test_acceptance_collapse_under_the_floor_is_a_failed_fix(tmp_path):
     assert _in_order(steps_of(store, incident["id"]), ["applied", "restarted", "failed", "reverted", "escalated"])
     assert [a["status"] for a in incident["applications"]] == ["reverted"]
     assert runner_path(config).read_bytes() == before
+
+
+OPERATOR_LADDER_RULE = '''[[rule]]
+id = "operator-width-ladder"
+category = "cuda-graph-shape-mismatch"
+title = "Verify graph too narrow: step the DDTree budget down (operator rule)"
+meaning = "An operator prefers the budget ladder to patching the installed package."
+priority = 150
+precise = true
+when = "a == block_size and b == ddtree_budget + 1"
+diagnosis = "Verify graph {a} wide, DDTree verifies {b}: lower the budget until it fits."
+remediations = ["lower-ddtree-budget"]
+[rule.match]
+exception = ["RuntimeError"]
+message = 'The size of tensor a \\((?P<a>\\d+)\\) must match the size of tensor b \\((?P<b>\\d+)\\)'
+'''
+
+
+def test_a_verified_flag_step_is_remembered_as_degraded_and_survives_a_daemon_restart(tmp_path):
+    """Budget 14 → 7 makes the verify width 8 fit: resolved, degraded; a restarted daemon keeps 7."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "operator.toml").write_text(OPERATOR_LADDER_RULE)
+    config = demo_config(tmp_path / "demo", budget=14)
+    config = replace(config, paths=replace(config.paths, rules_dirs=(shipped("rules"), str(rules))))
+    daemon, code = run_daemon(config, stop_after_incident=True)
+    assert [outcome.status for outcome in daemon.outcomes] == ["resolved"]
+    store = Store(config.database)
+    assert store.get(daemon.outcomes[0].incident_id)["remediation_id"] == "lower-ddtree-budget"
+    assert store.degraded(config.source)["step_id"] == "lower-ddtree-budget"
+
+    # systemctl restart ddtreed: the degraded launch is still the one in force, no new incident.
+    restarted, code = run_daemon(config, stop_when_healthy=True)
+    assert code == 0 and restarted.outcomes == []
+    assert restarted.argv[restarted.argv.index("--speculative-ddtree-budget") + 1] == "7"
+    assert len(store.list_incidents()) == 1
