@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -46,11 +47,11 @@ def _add_rules_dir(parser: argparse.ArgumentParser) -> None:
                         help="rule directory or file (repeatable; default: the config's, else the shipped rules/)")
 
 
-def _quiet_logs() -> None:
-    # Library logs go to stderr so that stdout stays clean for --json consumers.
-    from ..logsetup import configure
-
-    configure(json_output=False, level="warning", stream=sys.stderr)
+def _quietly(function, *args):
+    """Run a library call with its (unconfigured structlog) output on stderr: stdout stays clean
+    for --json consumers. Not a global configure: the caller's logging setup stays as it was."""
+    with contextlib.redirect_stdout(sys.stderr):
+        return function(*args)
 
 
 def _rules_dirs(args: argparse.Namespace, config=None) -> list[str]:
@@ -104,14 +105,13 @@ def diagnose_file(path: str, rules, context) -> list:
 def run_diagnose(args: argparse.Namespace) -> int:
     from ..rules.explain import incident_dict, incident_text
 
-    _quiet_logs()
     config = load_config(args.config)
-    rules = _load_rules(_rules_dirs(args, config))
-    context = _context(config)
+    rules = _quietly(_load_rules, _rules_dirs(args, config))
+    context = _quietly(_context, config)
     for path in args.logfiles:
         _read_lines(path)  # fail on a missing file before printing anything for it
     for path in args.logfiles:
-        diagnoses = diagnose_file(path, rules, context)
+        diagnoses = _quietly(diagnose_file, path, rules, context)
         if args.json:
             print_json({"path": path, "incidents": [incident_dict(d) for d in diagnoses]})
             continue
@@ -122,8 +122,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    _quiet_logs()
-    rules = _load_rules(_rules_dirs(args))
+    rules = _quietly(_load_rules, _rules_dirs(args))
     if args.json:
         print_json([_rule_dict(rule) for rule in rules.rules])
         return 0
@@ -148,11 +147,10 @@ def run_check(args: argparse.Namespace) -> int:
     from ..rules import RuleError, remediation_ids_in, rule_files
     from ..rules.loader import parse_files
 
-    _quiet_logs()
     files = rule_files(_rules_dirs(args))
     remediation_ids = remediation_ids_in(args.remediations_dir or [str(shipped("remediations"))])
     try:
-        rules = parse_files(files, remediation_ids)
+        rules = _quietly(parse_files, files, remediation_ids)
     except RuleError as error:
         if args.json:
             print_json({"ok": False, "files": len(files), "problems": error.problems})
@@ -175,13 +173,12 @@ def run_test(args: argparse.Namespace) -> int:
     from ..signature import signature_of
     from ..tracebacks import assemble_lines
 
-    _quiet_logs()
     try:
         rules = RuleSet(parse_files([Path(args.rule_file)]))
     except RuleError as error:
         raise CliError(str(error), exit_code=2) from None
-    context = _context(load_config(args.config))
-    groups = assemble_lines(_read_lines(args.logfile), args.logfile)
+    context = _quietly(_context, load_config(args.config))
+    groups = _quietly(assemble_lines, _read_lines(args.logfile), args.logfile)
     print(f"{args.logfile}: {len(groups)} crash group(s); {len(rules)} rule(s) from {args.rule_file}")
     matched_any = False
     for number, group in enumerate(groups, 1):

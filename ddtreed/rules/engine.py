@@ -6,13 +6,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Collection, Iterable
 
-import structlog
-
 from ..records import Crash, Explanation, RuleMatch, ServiceContext, Signature
 from .loader import parse_files, rule_files
 from .model import CrashView, Rule, RuleIndex
-
-log = structlog.get_logger(__name__)
 
 UNKNOWN_CATEGORY = "unknown"
 
@@ -38,10 +34,7 @@ def load_rules(dirs: Iterable[str | os.PathLike[str]],
 
     With `remediation_ids`, a rule naming a remediation outside that catalog is an error too.
     """
-    files = rule_files(dirs)
-    rules = parse_files(files, remediation_ids)
-    log.debug("rules_loaded", files=len(files), rules=len(rules))
-    return RuleSet(rules)
+    return RuleSet(parse_files(rule_files(dirs), remediation_ids))
 
 
 def informativeness(crash: Crash) -> tuple[int, int, int]:
