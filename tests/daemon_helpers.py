@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def crash_loop_config(directory: Path, *, max_restarts: int = 3, **policy) -> Pa
     }
     path = directory / "ddtreed.toml"
     path.write_text(to_toml(tables))
-    from_mapping(__import__("tomllib").loads(path.read_text()))  # fail here, not in the daemon
+    from_mapping(tomllib.loads(path.read_text()))  # a bad table fails here, not in the daemon
     return path
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from ddtreed.config import load
 from ddtreed.incidents import Store
-from tests.daemon_helpers import ROOT, crash_loop_config, runner_path, starts, steps_of
+from tests.daemon_helpers import ROOT, crash_loop_config, run_daemon, runner_path, starts, steps_of
 
 pytestmark = pytest.mark.slow
 
@@ -83,8 +83,6 @@ def test_a_frozen_signature_is_not_remediated_again(tmp_path):
     config_path = crash_loop_config(tmp_path, max_restarts=1)
     config = load(config_path)
     store = Store(config.database)
-    from tests.daemon_helpers import run_daemon
-
     _, code = run_daemon(config, timeout=60)
     assert code == 3
     fingerprint = store.list_incidents()[-1]["fingerprint"]
