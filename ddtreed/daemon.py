@@ -17,7 +17,8 @@ import structlog
 
 from . import context as context_stage
 from .config import Config, ConfigError, load
-from .health import MilestoneTracker
+from .canary import Canary, PeriodicCanary, canary_crash
+from .health import MilestoneTracker, Prober
 from .host import Host, LocalHost
 from .incidents import Store, database_path
 from .launch import Supervisor
@@ -74,6 +75,7 @@ class Daemon:
         self.engine = Engine(self.host, config.paths.state_dir, self.catalog)
         self.argv = list(config.service.argv)
         self.env = dict(config.service.env)
+        self._adopt_verified_launch()
         self.budget = RestartBudget.from_policy(config.policy)
         self.board = StatusBoard.start(config.paths.state_dir, config.source, self.notifier.status)
         self.outcomes: list[Outcome] = []
@@ -82,7 +84,7 @@ class Daemon:
         self.assembler = Assembler()
         self.milestones = MilestoneTracker()
         self.context: ServiceContext = self._context()
-        self.canary = None  # wired by canary_gate when [canary] is enabled
+        self.canary, self.periodic_canary = _canary(self.store, config)
         self.metrics = None
         self.reloads = 0  # SIGHUPs handled; a blocked launch waits for the next one
         self.prevented_pending: list[int] = []  # preflight incidents awaiting a healthy start
@@ -158,7 +160,6 @@ class Daemon:
         return self._watch()
 
     def _watch(self) -> tuple[tuple[Crash, ...], ExitStatus | None]:
-        next_canary = self.canary.next_due() if self.canary else None
         while True:
             groups = self.pump(0.2)
             if groups:
@@ -166,11 +167,36 @@ class Daemon:
             exit_status = self.supervisor.poll()
             if exit_status is not None:
                 return self._collect_after_exit(exit_status), exit_status
-            if next_canary is not None and time.monotonic() >= next_canary:
-                failed = self.canary.periodic(self)
-                if failed is not None:
-                    return failed, None
-                next_canary = self.canary.next_due()
+            if self.periodic_canary is not None and self.periodic_canary.due():
+                result = self.periodic_canary.run_if_due(self._prober(), self.context)
+                if result is not None:
+                    self._show_canary(result)
+                    if result.category is not None:  # silent corruption or collapse: an incident
+                        return (canary_crash(result),), None
+
+    # ---- the output canary ------------------------------------------------------------------
+
+    def canary_check(self, verdict: Verdict) -> Verdict:
+        """After every (re)start: greedy outputs against the goldens, acceptance against baseline."""
+        if self.canary is None:
+            return verdict
+        self.context = self._context()  # a ladder step changed the algorithm or budget
+        result = self.canary.check(self._prober(), self.context)
+        self.periodic_canary.reset()
+        self._show_canary(result)
+        if result.passed:
+            return verdict
+        if result.category is None:  # the requests themselves failed: a probe failure
+            return Verdict(False, f"canary could not run: {result.detail}", stage="canary",
+                           accept_length=verdict.accept_length)
+        return Verdict(False, f"canary failed ({result.category}): {result.detail}", (canary_crash(result),),
+                       accept_length=result.accept_length, stage="canary")
+
+    def _show_canary(self, result) -> None:
+        self.board.update(canary={"last_run_at": result.at, "passed": result.passed, "detail": result.detail})
+
+    def _prober(self) -> Prober:
+        return Prober(self.host.http_base_url(self.config.service.host, self.context.port))
 
     # ---- one incident -----------------------------------------------------------------------
 
@@ -278,6 +304,8 @@ class Daemon:
         application = next((a for a in self.engine.status() if a.application_id == previous["application_id"]), None)
         if application is not None:
             self._revert(application)
+        else:  # undone outside ddtreed (a reinstall, `remediate revert`): record it, or it recurs forever
+            self.store.mark_application(previous["application_id"], "reverted")
         return True
 
     def _revert(self, application: Application) -> None:
@@ -292,12 +320,22 @@ class Daemon:
             self.argv, self.env = list(application.launch.argv), dict(application.launch.env)
         self.context = self._context()
 
+    def _adopt_verified_launch(self) -> None:
+        """A verified flag/env fix outlives ddtreed: relaunch with it, not with the config's argv."""
+        verified = {row["application_id"] for row in self.store.applications("verified")}
+        launches = [application for application in self.engine.status()
+                    if application.launch is not None and application.application_id in verified]
+        if launches:
+            newest = max(launches, key=lambda application: application.applied_at)
+            self.argv, self.env = list(newest.launch.argv), dict(newest.launch.env)
+            log.info("verified_launch_adopted", remediation=newest.remediation_id,
+                     application_id=newest.application_id)
+
     def _remember_degraded(self, application: Application) -> None:
         """A flag step of a degradation ladder is remembered, so `status` shows it and promote can undo it."""
         if application.kind == "patch":
             return
-        self.store.set_degraded(self._service_key(), 1, application.remediation_id,
-                                detail=application.summary)
+        self.store.set_degraded(self._service_key(), 1, application.remediation_id)
         self.board.update(degraded={"remediations": [application.remediation_id], "since": time.time()})
 
     # ---- restart and verify -----------------------------------------------------------------
@@ -431,6 +469,14 @@ class Daemon:
 
     def _metrics_snapshot(self):
         return self.board.current, self.store.counts()
+
+
+def _canary(store: Store, config: Config):
+    """The canary and its periodic schedule, or (None, None) when [canary] is disabled."""
+    if not config.canary.enabled:
+        return None, None
+    canary = Canary(store, config.canary)
+    return canary, PeriodicCanary(canary)
 
 
 def _load_catalogs(config: Config):

@@ -130,15 +130,12 @@ class Verifier:
         return verdict
 
     def _canary(self, verdict: Verdict) -> Verdict:
-        check = getattr(self.daemon, "canary_check", None)
-        return check(verdict) if check else verdict
+        return self.daemon.canary_check(verdict)
 
     # ---- helpers ----
 
     def _prober(self) -> Prober:
-        daemon = self.daemon
-        base = daemon.host.http_base_url(daemon.config.service.host, daemon.context.port)
-        return Prober(base)
+        return self.daemon._prober()
 
     def _from_probe(self, result: HealthResult) -> Verdict:
         if result.ok:
