@@ -20,7 +20,7 @@ from .config import Config, ConfigError, load
 from .canary import Canary, PeriodicCanary, canary_crash
 from .health import MilestoneTracker, Prober
 from .host import Host, LocalHost
-from .incidents import Store, database_path
+from .incidents import Store, StoreError, database_path
 from .launch import Supervisor
 from .logsetup import incident_context
 from .metrics import start_metrics
@@ -113,6 +113,10 @@ class Daemon:
         try:
             config = load(self.config.source) if os.path.exists(self.config.source) else self.config
             config = replace(config, paths=replace(config.paths, state_dir=self.config.paths.state_dir))
+            if (config.service.remote, config.service.inventory) != (self.config.service.remote,
+                                                                    self.config.service.inventory):
+                raise ConfigError(f"{config.source}: service.remote/inventory cannot change on reload "
+                                  "(the service runs there now); restart ddtreed to move it")
             rules, catalog = _load_catalogs(config)
         except (ConfigError, ValueError, OSError) as error:
             log.error("reload_rejected", error=str(error),
@@ -131,8 +135,7 @@ class Daemon:
         """Supervise until SIGTERM (exit 0) or until the restart budget is spent (exit 3)."""
         self.notifier.ready(status="ddtreed up; launching the service")  # systemd must not wait for a 10-minute load
         self.metrics = start_metrics(self.config.metrics.listen, self._metrics_snapshot)
-        for sentence in self.engine.reconcile():
-            log.warning("reconciled", detail=sentence)
+        self._recover()
         try:
             PreflightGate(self).run()
             if not self._start_service():
@@ -320,6 +323,44 @@ class Daemon:
             self.argv, self.env = list(application.launch.argv), dict(application.launch.env)
         self.context = self._context()
 
+    # ---- after a ddtreed crash: back to a known configuration -----------------------------
+
+    def _recover(self) -> None:
+        """Finish or undo what a killed ddtreed left half-done, then drop fixes it never verified.
+
+        The service must start in a known configuration: the last verified one. A fix that was
+        applied but not yet verified when ddtreed died is reverted; if the crash comes back, the
+        loop applies it again and verifies it this time.
+        """
+        for done in self.engine.reconcile():
+            log.warning("reconciled", detail=str(done))
+            if getattr(done, "incident_id", None) is not None:
+                # A finished apply is still unverified: the sweep below reverts it. A verified fix
+                # undone from outside (a reinstall) stays "verified" in the incident store: if its
+                # crash comes back, that is a recurrence (revert, freeze, escalate).
+                self._note_recovery(done.incident_id, str(done), done.application_id,
+                                    reverted=done.action in ("undid-apply", "finished-revert"))
+        statuses = {row["application_id"]: row["status"] for row in self.store.applications()}
+        for entry in self.engine.history():
+            unverified = statuses.get(entry["application_id"]) not in ("verified", "reverted")
+            if entry["status"] == "applied" and entry.get("incident_id") is not None and unverified:
+                self.engine.revert(entry["application_id"])
+                self._note_recovery(entry["incident_id"], f"reverted {entry['remediation_id']}: applied "
+                                    "but not verified when ddtreed stopped", entry["application_id"])
+
+    def _note_recovery(self, incident_id: int, sentence: str, application_id: str | None,
+                       reverted: bool = True) -> None:
+        """Say in the incident what recovery did; an incident left open by the kill is closed."""
+        try:
+            self.store.add_step(incident_id, "reconciled", sentence)
+            known = {row["application_id"] for row in self.store.applications()}
+            if reverted and application_id in known:
+                self.store.mark_application(application_id, "reverted")
+            if self.store.get(incident_id)["status"] == "open":
+                self.store.finish(incident_id, "reverted", f"ddtreed stopped mid-remediation; {sentence}")
+        except StoreError as error:  # an incident the database no longer has: the log line stays
+            log.warning("recovery_not_recorded", incident_id=incident_id, error=str(error))
+
     def _adopt_verified_launch(self) -> None:
         """A verified flag/env fix outlives ddtreed: relaunch with it, not with the config's argv."""
         verified = {row["application_id"] for row in self.store.applications("verified")}
@@ -407,6 +448,9 @@ class Daemon:
                 self.follower.close()
             if self.metrics is not None:
                 self.metrics.close()
+            close_host = getattr(self.host, "close", None)  # an SshHost holds a connection and a tunnel
+            if close_host is not None:
+                close_host()
             self._set_state("stopped", "stopped")
 
     # ---- pumping: logs, signals, watchdog ---------------------------------------------------

@@ -45,9 +45,12 @@ class PreflightGate:
 
     def confirm(self, verdict) -> None:
         """The first healthy start after a prevention proves it: add the `verified` step."""
+        store = self.daemon.store
         for incident_id in self.daemon.prevented_pending:
-            self.daemon.store.add_step(incident_id, "verified", f"service healthy: {verdict.detail}",
-                                       {"accept_length": verdict.accept_length})
+            store.add_step(incident_id, "verified", f"service healthy: {verdict.detail}",
+                           {"accept_length": verdict.accept_length})
+            for application in store.get(incident_id).get("applications", []):
+                store.mark_application(application["application_id"], "verified")
         self.daemon.prevented_pending.clear()
 
     def _handle(self, finding: Finding) -> bool:

@@ -16,6 +16,21 @@ from .store import Store
 log = structlog.get_logger(__name__)
 
 
+class Reconciled(str):
+    """One sentence of what reconcile did, carrying the application and incident it concerns."""
+
+    application_id: str | None = None
+    incident_id: int | None = None
+    action: str = ""  # undid-apply | finished-apply | finished-revert | drifted
+
+    @classmethod
+    def of(cls, sentence: str, entry: dict[str, Any], action: str) -> "Reconciled":
+        done = cls(sentence)
+        done.application_id, done.incident_id, done.action = (
+            entry.get("application_id"), entry.get("incident_id"), action)
+        return done
+
+
 def _current(host: Host, path: str) -> str | None:
     try:
         return sha256_bytes(host.read_bytes(path))
@@ -42,13 +57,14 @@ def _finish_apply(host: Host, store: Store, entry: dict[str, Any]) -> str:
     if changes and all(now == c["after_sha256"] for now, c in zip(states, changes)):
         if store.find(entry["application_id"]) is None:
             store.upsert(entry)
-        return f"finished the interrupted {name}: every file already had the new bytes; recorded it"
+        return Reconciled.of(f"finished the interrupted {name}: every file already had the new bytes; "
+                             "recorded it", entry, "finished-apply")
     foreign = _restore(host, store, changes)
     store.drop_backups(entry["application_id"])
     sentence = f"undid the interrupted {name}: restored the original bytes"
     if foreign:
         sentence += f"; left {', '.join(foreign)} alone (changed by something else)"
-    return sentence
+    return Reconciled.of(sentence, entry, "undid-apply")
 
 
 def _finish_revert(host: Host, store: Store, entry: dict[str, Any]) -> str:
@@ -59,7 +75,7 @@ def _finish_revert(host: Host, store: Store, entry: dict[str, Any]) -> str:
                 f"({entry['application_id']}): original bytes restored")
     if foreign:
         sentence += f"; left {', '.join(foreign)} alone (changed by something else)"
-    return sentence
+    return Reconciled.of(sentence, entry, "finished-revert")
 
 
 def _drift(host: Host, store: Store) -> list[str]:
@@ -75,8 +91,9 @@ def _drift(host: Host, store: Store) -> list[str]:
         entry.update(status="undone-externally" if pristine else "overwritten", reverted_at=time.time())
         store.upsert(entry)
         what = "back to the original bytes" if pristine else "replaced by other bytes"
-        notes.append(f"application {entry['application_id']} ({entry['remediation_id']}) is no longer "
-                     f"in place: its file is {what}; marked {entry['status']}")
+        notes.append(Reconciled.of(f"application {entry['application_id']} ({entry['remediation_id']}) "
+                                   f"is no longer in place: its file is {what}; marked {entry['status']}",
+                                   entry, "drifted"))
     return notes
 
 
