@@ -26,6 +26,17 @@ def quiet_logs() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
 
 
+def inotify_instances(pid: int | str = "self") -> int:
+    """inotify instances a process holds (the per-user limit is fs.inotify.max_user_instances)."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd) == "anon_inode:inotify"
+        except OSError:
+            continue
+    return count
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """Nearest-rank percentile (p99 of 1,000 samples is the 990th smallest)."""
     ordered = sorted(values)

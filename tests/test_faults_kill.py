@@ -32,7 +32,7 @@ from ddtreed.paths import shipped  # noqa: E402
 from ddtreed.remediation import Engine, load_remediations  # noqa: E402
 from ddtreed.status import read_status  # noqa: E402
 
-TRIALS = 52
+TRIALS = 50
 WORKERS = 4  # trials mostly wait (settle window, probes): four at a time fit two cores
 REMEDIATION = "ddtree-verify-graph-width"
 
