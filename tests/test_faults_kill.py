@@ -87,7 +87,7 @@ def _trial(root: Path, index: int, kill_after: float, cycle: dict) -> dict:
     time.sleep(kill_after)  # the kill point itself; nothing is asserted after this wait
     first.kill()
     at_kill = target.read_bytes()
-    kill_service_sessions(marks)
+    kill_service_sessions(directory)
     second = DaemonProcess(config, directory / "daemon2.jsonl")
     try:
         wait_for(lambda: _running(state_dir, second), 60, what=f"trial {index}: restarted daemon serving")
@@ -151,13 +151,42 @@ def test_no_crash_goes_unrecorded_and_none_is_resolved_twice(trials):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "daemon.py does not adopt the incident a killed predecessor left open: after a restart that "
-    "incident stays 'open' forever (its fix held, or the crash repeats and a second incident is "
-    "opened for it). Fix: at Daemon.run start, finish incidents left open by an earlier pid "
-    "(see docs/performance.md, 'Daemon restarts')."))
 def test_every_incident_reaches_a_final_status_after_restart(trials):
     for trial in trials:
         where = f"trial {trial['index']} (killed after {trial['kill_after']:.2f}s)"
-        assert all(i["status"] != "open" for i in trial["incidents"]), f"{where}: incident left open"
-        assert len(trial["incidents"]) == (1 if trial["crashes"] else 0), f"{where}: duplicated incident"
+        still_open = [i["id"] for i in trial["incidents"] if i["status"] == "open"]
+        if still_open:
+            # Only a kill between `open_incident` and the engine's first step leaves one open:
+            # test_kill_at_each_engine_step pins that window down deterministically.
+            assert not trial["first_applied"], f"{where}: incidents {still_open} left open"
+
+
+ENGINE_STEPS = (
+    pytest.param("apply:backups", marks=pytest.mark.xfail(strict=True, reason=(
+        "killed after open_incident but before the engine's journal names the incident, the "
+        "restarted daemon never closes that incident: it stays 'open' beside the new resolved one. "
+        "Fix in Daemon._recover: finish incidents still 'open' from an earlier ddtreed pid "
+        "(no application recorded) as 'reverted' with a 'reconciled' step."))),
+    "apply:journal", "apply:write:0", "apply:recorded")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", ENGINE_STEPS)
+def test_kill_at_each_engine_step(step, cycle, tmp_path):
+    """The engine's test hook SIGKILLs the daemon itself at one step of applying the patch."""
+    config, marks, port = _prepare(tmp_path / "run")
+    target = fast_service.engine_file(tmp_path / "run")
+    first = DaemonProcess(config, tmp_path / "daemon1.jsonl", env={"DDTREED_REMEDIATION_KILL_AT": step})
+    assert first.process.wait(60) == -9
+    assert target.read_bytes() in (cycle["pre"], cycle["post"])
+    kill_service_sessions(tmp_path / "run")
+    second = DaemonProcess(config, tmp_path / "daemon2.jsonl")
+    try:
+        wait_for(lambda: _running(tmp_path / "run" / "state", second), 60, what="the restarted daemon serving")
+    finally:
+        assert second.stop() == 0
+    assert target.read_bytes() == cycle["post"]
+    with Store(database_path(tmp_path / "run" / "state")) as store:
+        incidents = store.list_incidents(limit=100)
+    assert [i["status"] for i in incidents].count("resolved") == 1, [(i["id"], i["status"]) for i in incidents]
+    assert all(i["status"] != "open" for i in incidents), [(i["id"], i["status"]) for i in incidents]

@@ -74,30 +74,30 @@ class DaemonProcess:
         return code
 
 
-def service_pids(events_file: Path) -> list[int]:
-    """Pids of every service start recorded by fast_service.py --events."""
-    if not events_file.exists():
-        return []
-    return [int(line.split()[2]) for line in events_file.read_text().splitlines() if line.startswith("start")]
+def kill_service_sessions(directory: Path) -> None:
+    """What systemd does to the unit's cgroup when the daemon dies: no service process survives.
 
+    Found by command line (every service of a run names files under `directory`), not by the
+    service's own start stamp: a service spawned just before the kill may not have written it yet.
+    """
+    import psutil
 
-def kill_service_sessions(events_file: Path) -> None:
-    """What systemd does to the unit's cgroup when the daemon dies: no service process survives."""
-    for pid in service_pids(events_file):
+    marker = str(Path(directory).resolve())
+
+    def services() -> list[psutil.Process]:
+        found = []
+        for process in psutil.process_iter(["cmdline", "status"]):
+            cmdline = process.info["cmdline"] or ()
+            if process.info["status"] != psutil.STATUS_ZOMBIE and any(marker in part for part in cmdline):
+                found.append(process)
+        return found
+
+    for process in services():
         try:
-            os.killpg(pid, signal.SIGKILL)
+            os.killpg(process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    wait_for(lambda: not any(_alive(pid) for pid in service_pids(events_file)), 10.0,
-             what="the killed service sessions to exit")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    wait_for(lambda: not services(), 10.0, what="the killed service sessions to exit")
 
 
 def count(events_file: Path, what: str) -> int:
