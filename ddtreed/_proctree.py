@@ -51,6 +51,20 @@ def sweep(session_id: int, name_patterns: tuple[str, ...], token: str | None) ->
     return [proc.pid for proc in victims]
 
 
+def token_holders(token: str) -> list[int]:
+    """Pids whose environment carries this service token (a previous launch's survivors)."""
+    holders = []
+    for proc in psutil.process_iter(["status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            if proc.environ().get(TOKEN_VARIABLE) == token:
+                holders.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
+            continue
+    return holders
+
+
 def gpu_holders(pids: list[int] | None) -> list[int]:
     """Pids with a GPU context according to NVML; [] where NVML (pynvml) is absent."""
     try:

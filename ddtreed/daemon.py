@@ -21,7 +21,8 @@ from .canary import Canary, PeriodicCanary, canary_crash
 from .health import MilestoneTracker, Prober
 from .host import Host, LocalHost
 from .incidents import Store, StoreError, database_path
-from .launch import Supervisor
+from ._proctree import token_holders
+from .launch import CHILD_NAME_PATTERNS, Supervisor
 from .logsetup import incident_context
 from .metrics import start_metrics
 from .notify import Notifier
@@ -31,14 +32,18 @@ from .records import Application, Crash, ExitStatus, ServiceContext
 from .remediation import Engine, load_remediations
 from .restart import RestartBudget
 from .rules import load_rules
-from .status import StatusBoard
+from .status import DaemonStatus, StatusBoard, read_status
 from .tracebacks import Assembler
-from .verify import Verdict, Verifier
+from .verify import Verdict, Verifier, flatten
 
 log = structlog.get_logger(__name__)
 
 EXIT_OK = 0
 EXIT_GAVE_UP = 3
+DRAIN_QUIET_S = 0.2  # after the service exits, its logs are complete once this long quiet
+DRAIN_MAX_S = 3.0  # ...or after this long at most (a remote tail can lag)
+STORE_RETRY_INITIAL_S = 1.0
+STORE_RETRY_MAX_S = 30.0
 
 
 class Stopping(Exception):
@@ -64,7 +69,8 @@ class Daemon:
             host = host_for(config)
         host = host or LocalHost()
         self.host = host
-        self.store = store or Store(database_path(config.paths.state_dir))
+        self.raw_store = store or Store(database_path(config.paths.state_dir))
+        self.store = DurableStore(self.raw_store, self)  # a full disk waits, it does not kill the loop
         # unset: the SGLang tree must not inherit NOTIFY_SOCKET / WATCHDOG_* and talk to systemd
         self.notifier = notifier or Notifier.from_environment(unset=True)
         self.stop_after_incident = stop_after_incident  # demo and tests: one incident, then stop
@@ -77,11 +83,12 @@ class Daemon:
         self.env = dict(config.service.env)
         self._adopt_verified_launch()
         self.budget = RestartBudget.from_policy(config.policy)
-        self.board = StatusBoard.start(config.paths.state_dir, config.source, self.notifier.status)
+        self._status_write_failed = False
+        self.board = _status_board(config, self.notifier)
         self.outcomes: list[Outcome] = []
         self.supervisor: Supervisor | None = None
         self.follower = None
-        self.assembler = Assembler()
+        self.assembler = Assembler(eager=True)
         self.milestones = MilestoneTracker()
         self.context: ServiceContext = self._context()
         self.canary, self.periodic_canary = _canary(self.store, config)
@@ -166,7 +173,7 @@ class Daemon:
         while True:
             groups = self.pump(0.2)
             if groups:
-                return groups[0], self.supervisor.poll()
+                return flatten(groups), self.supervisor.poll()
             exit_status = self.supervisor.poll()
             if exit_status is not None:
                 return self._collect_after_exit(exit_status), exit_status
@@ -196,7 +203,7 @@ class Daemon:
                        accept_length=result.accept_length, stage="canary")
 
     def _show_canary(self, result) -> None:
-        self.board.update(canary={"last_run_at": result.at, "passed": result.passed, "detail": result.detail})
+        self._publish(canary={"last_run_at": result.at, "passed": result.passed, "detail": result.detail})
 
     def _prober(self) -> Prober:
         return Prober(self.host.http_base_url(self.config.service.host, self.context.port))
@@ -206,23 +213,30 @@ class Daemon:
     def _handle_crash(self, crashes: tuple[Crash, ...], exit_status: ExitStatus | None) -> bool:
         """Diagnose, record, remediate. False when the service cannot be relaunched any more."""
         self._set_state("diagnosing", "service failed: diagnosing")
-        self._stop_service("crash")
         if not crashes:
             crashes = (self._synthetic_crash(exit_status),)
         diagnosis = self.rules.diagnose(crashes, self.context)
-        match = diagnosis.match
+        # Recorded before anything else: the first complete traceback is an incident at once.
         incident_id = self.store.open_incident(
-            "canary" if crashes[0].kind == "canary" else "crash", crashes, diagnosis.signature, match,
-            self.context, detected_at=min((c.detected_at for c in crashes if c.detected_at), default=None))
+            "canary" if crashes[0].kind == "canary" else "crash", crashes, diagnosis.signature,
+            diagnosis.match, self.context,
+            detected_at=min((c.detected_at for c in crashes if c.detected_at), default=None))
         with incident_context(incident_id):
+            self._stop_service("crash")
+            late = self._drain_after_exit()
+            if late:  # other ranks finished their tracebacks while the tree went down
+                crashes = crashes + late
+                diagnosis = self.rules.diagnose(crashes, self.context)
+                self.store.set_diagnosis(incident_id, crashes, diagnosis.signature, diagnosis.match)
+            match = diagnosis.match
             log.error("incident_opened", category=match.category, rule=match.rule_id, diagnosis=match.diagnosis)
             self.store.add_step(incident_id, "diagnosed", match.diagnosis or "no rule matched",
                                 {"rule_id": match.rule_id, "category": match.category,
                                  "remediations": list(match.remediations)})
-            self.board.update(current_incident_id=incident_id)
+            self._publish(current_incident_id=incident_id)
             status = self._remediate(incident_id, diagnosis)
             self.outcomes.append(Outcome(incident_id, status))
-            self.board.update(current_incident_id=None)
+            self._publish(current_incident_id=None)
         return status != "gave-up"
 
     def _remediate(self, incident_id: int, diagnosis) -> str:
@@ -340,6 +354,7 @@ class Daemon:
                 # crash comes back, that is a recurrence (revert, freeze, escalate).
                 self._note_recovery(done.incident_id, str(done), done.application_id,
                                     reverted=done.action in ("undid-apply", "finished-revert"))
+        self._stop_leftover_service()
         statuses = {row["application_id"]: row["status"] for row in self.store.applications()}
         for entry in self.engine.history():
             unverified = statuses.get(entry["application_id"]) not in ("verified", "reverted")
@@ -347,6 +362,29 @@ class Daemon:
                 self.engine.revert(entry["application_id"])
                 self._note_recovery(entry["incident_id"], f"reverted {entry['remediation_id']}: applied "
                                     "but not verified when ddtreed stopped", entry["application_id"])
+
+        for incident in self.store.list_incidents(limit=100, status="open"):
+            steps = {step["step"] for step in self.store.get(incident["id"])["steps"]}
+            if "not-remediated" not in steps:  # open because ddtreed died, not by decision
+                self._note_recovery(incident["id"], "ddtreed stopped before this incident closed; "
+                                    "the service starts in its last verified configuration", None)
+
+    def _stop_leftover_service(self) -> None:
+        """A ddtreed killed outside systemd leaves its service running: that tree goes first."""
+        try:
+            previous = read_status(self.config.paths.state_dir)
+        except ValueError as error:  # an unreadable snapshot: nothing to learn from it
+            log.warning("previous_status_unreadable", error=str(error))
+            return
+        if previous is None or previous.service_pid is None or not previous.service_token:
+            return
+        if not isinstance(self.host, LocalHost) or not token_holders(previous.service_token):
+            return  # gone already (or pid reused by a stranger: no process carries the token)
+        killed = self.host.sweep_session(previous.service_pid, CHILD_NAME_PATTERNS,
+                                          token=previous.service_token)
+        if killed:
+            log.warning("leftover_service_stopped", pids=killed, previous_daemon_pid=previous.pid,
+                        hint="the previous ddtreed died without stopping its service")
 
     def _note_recovery(self, incident_id: int, sentence: str, application_id: str | None,
                        reverted: bool = True) -> None:
@@ -377,7 +415,7 @@ class Daemon:
         if application.kind == "patch":
             return
         self.store.set_degraded(self._service_key(), 1, application.remediation_id)
-        self.board.update(degraded={"remediations": [application.remediation_id], "since": time.time()})
+        self._publish(degraded={"remediations": [application.remediation_id], "since": time.time()})
 
     # ---- restart and verify -----------------------------------------------------------------
 
@@ -398,7 +436,7 @@ class Daemon:
     def _healthy(self, verdict: Verdict) -> None:
         accept = verdict.accept_length
         text = "serving" + (f", accept len {accept:.2f}" if accept is not None else "")
-        self.board.update(last_healthy_at=time.time(), last_accept_length=accept)
+        self._publish(last_healthy_at=time.time(), last_accept_length=accept)
         self._set_state("running", text)
 
     def _probe_failure(self, verdict: Verdict) -> tuple[Crash, ...]:
@@ -420,14 +458,15 @@ class Daemon:
         self.budget.record_start()
         self.context = self._context()
         self.supervisor = Supervisor(self.host, self.config, self.argv, self.env)
-        self.assembler, self.milestones = Assembler(), MilestoneTracker()
+        self.assembler, self.milestones = Assembler(eager=True), MilestoneTracker()
         if self.follower is not None:
             self.follower.close()
         process = self.supervisor.start()
         # Follow from the start of the fresh (just rotated) files: nothing of this run is missed.
         self.follower = self.host.open_follower(self.supervisor.log_paths + list(self.config.paths.extra_logs))
         restarts = self.board.current.restarts + (1 if self.board.current.service_started_at else 0)
-        self.board.update(service_pid=process.pid, service_started_at=time.time(), restarts=restarts)
+        self._publish(service_pid=process.pid, service_started_at=time.time(), restarts=restarts,
+                      service_token=self.supervisor.token)
         self._set_state("starting", "service starting")
         return True
 
@@ -435,7 +474,7 @@ class Daemon:
         if self.supervisor is None or self.supervisor.process is None:
             return None
         exit_status = self.supervisor.stop(reason)
-        self.board.update(service_pid=None)
+        self._publish(service_pid=None)
         return exit_status
 
     def _shutdown(self) -> None:
@@ -474,12 +513,27 @@ class Daemon:
 
     def _collect_after_exit(self, exit_status: ExitStatus) -> tuple[Crash, ...]:
         """The service is gone: read what it printed last, then flush the assembler."""
-        deadline = time.monotonic() + 1.5
-        groups: list[tuple[Crash, ...]] = []
-        while time.monotonic() < deadline and not groups:
-            groups = self.pump(0.1)
-        groups = groups or self.assembler.take(time.time(), final=True)
-        return groups[0] if groups else ()
+        return self._drain_after_exit()
+
+    def _drain_after_exit(self) -> tuple[Crash, ...]:
+        """Read until the logs stay quiet (nothing more can come), then take every pending crash.
+
+        No settle window: the process that wrote them has exited, so waiting cannot complete a
+        traceback, it can only delay the relaunch.
+        """
+        if self.follower is None:
+            return flatten(self.assembler.take(time.time(), final=True))
+        quiet_since = time.monotonic()
+        deadline = quiet_since + DRAIN_MAX_S
+        while (now := time.monotonic()) < deadline and now - quiet_since < DRAIN_QUIET_S:
+            chunks = self.follower.read()
+            for chunk in chunks:
+                self.assembler.feed(chunk)
+            if chunks:
+                quiet_since = time.monotonic()
+            else:
+                self.follower.wait(DRAIN_QUIET_S / 4)
+        return flatten(self.assembler.take(time.time(), final=True))
 
     def _synthetic_crash(self, exit_status: ExitStatus | None) -> Crash:
         detail = exit_status.describe() if exit_status else "stopped responding"
@@ -509,10 +563,66 @@ class Daemon:
         return self.config.source
 
     def _set_state(self, state: str, text: str) -> None:
-        self.board.update(state=state, status_text=text)
+        self._publish(state=state, status_text=text)
+
+    def _publish(self, **changes) -> None:
+        """Update the status snapshot; a full or read-only state dir is reported, not fatal."""
+        try:
+            self.board.update(**changes)
+            self._status_write_failed = False
+        except OSError as error:
+            self.board.current = replace(self.board.current, **changes)
+            if "status_text" in changes:
+                self.notifier.status(changes["status_text"])
+            if not self._status_write_failed:  # once per streak, not once per state change
+                log.error("status_write_failed", error=str(error),
+                          hint="the state dir is full or read-only; ddtreed keeps running")
+            self._status_write_failed = True
 
     def _metrics_snapshot(self):
-        return self.board.current, self.store.counts()
+        return self.board.current, self.raw_store.counts()  # the metrics thread never retries or sleeps
+
+
+def _status_board(config: Config, notifier: Notifier) -> StatusBoard:
+    try:
+        return StatusBoard.start(config.paths.state_dir, config.source, notifier.status)
+    except OSError as error:  # a full state dir at start: run anyway, report it
+        log.error("status_write_failed", error=str(error), hint="the state dir is full or read-only")
+        return StatusBoard(config.paths.state_dir, DaemonStatus(pid=os.getpid(), state="starting",
+                                                                config=config.source), notifier.status)
+
+
+class DurableStore:
+    """The incident store, with writes that wait out a full disk or a lock instead of failing.
+
+    A retryable StoreError (disk full, database locked, I/O) is logged once per streak and the call
+    retried with backoff while the daemon still answers signals and the watchdog; anything else
+    is raised. Nothing already recorded is lost: each call is one transaction.
+    """
+
+    def __init__(self, store: Store, daemon: "Daemon"):
+        self._store = store
+        self._daemon = daemon
+
+    def __getattr__(self, name: str):
+        method = getattr(self._store, name)
+        if not callable(method):
+            return method
+
+        def durable(*args, **kwargs):
+            delay = STORE_RETRY_INITIAL_S
+            while True:
+                try:
+                    return method(*args, **kwargs)
+                except StoreError as error:
+                    if not error.retryable:
+                        raise
+                    log.error("store_write_failed", call=name, error=str(error), retry_in_s=delay,
+                              hint="free space in the state dir (or release the lock); ddtreed retries")
+                    self._daemon._sleep(delay)
+                    delay = min(delay * 2, STORE_RETRY_MAX_S)
+
+        return durable
 
 
 def _canary(store: Store, config: Config):

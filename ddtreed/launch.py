@@ -71,6 +71,11 @@ class Supervisor:
         self.log_paths = [str(log_dir / "service.stdout.log"), str(log_dir / "service.stderr.log")]
 
     @property
+    def token(self) -> str | None:
+        """The environment token of the current launch's processes (None before the first start)."""
+        return self._token
+
+    @property
     def pid(self) -> int | None:
         return None if self.process is None else self.process.pid
 

@@ -59,6 +59,7 @@ class DaemonStatus:
     degraded: dict[str, Any] | None = None  # {"remediations": [ids], "since": epoch}
     canary: dict[str, Any] | None = None  # {"last_run_at": epoch, "passed": bool, "detail": str}
     config: str | None = None  # the config file the daemon runs with
+    service_token: str | None = None  # in the service tree's environment: finds it after a ddtreed crash
     updated_at: float = 0.0
 
     def __post_init__(self) -> None:

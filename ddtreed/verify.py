@@ -19,6 +19,11 @@ from .config import ProbeConfig
 from .health import Prober
 from .records import Crash, ExitStatus, HealthResult
 
+
+def flatten(groups: list[tuple[Crash, ...]]) -> tuple[Crash, ...]:
+    """Every crash handed out in one turn: one failure of the service."""
+    return tuple(crash for group in groups for crash in group)
+
 if TYPE_CHECKING:
     from .daemon import Daemon
 
@@ -69,7 +74,8 @@ class Verifier:
         while time.monotonic() < deadline:
             groups = daemon.pump(self.probe.poll_interval_s)
             if groups:
-                return Verdict(False, "crashed during startup", groups[0], daemon.supervisor.poll(), stage="startup")
+                return Verdict(False, "crashed during startup", flatten(groups), daemon.supervisor.poll(),
+                               stage="startup")
             exit_status = daemon.supervisor.poll()
             if exit_status is not None:
                 crashes = daemon._collect_after_exit(exit_status)
@@ -121,7 +127,7 @@ class Verifier:
         while time.monotonic() < deadline:
             groups = daemon.pump(self.probe.poll_interval_s)
             if groups:
-                return Verdict(False, "crashed again within the verification window", groups[0],
+                return Verdict(False, "crashed again within the verification window", flatten(groups),
                                daemon.supervisor.poll(), stage="window")
             exit_status = daemon.supervisor.poll()
             if exit_status is not None:
@@ -150,7 +156,7 @@ class Verifier:
         exit_status = daemon.supervisor.poll()
         if not groups and exit_status is not None:
             groups = [daemon._collect_after_exit(exit_status)]
-        crashes = groups[0] if groups else ()
+        crashes = flatten(groups)
         return Verdict(False, f"{result.stage} probe failed: {result.detail}", crashes, exit_status,
                        stage=result.stage)
 

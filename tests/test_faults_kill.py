@@ -162,12 +162,7 @@ def test_every_incident_reaches_a_final_status_after_restart(trials):
 
 
 ENGINE_STEPS = (
-    pytest.param("apply:backups", marks=pytest.mark.xfail(strict=True, reason=(
-        "killed after open_incident but before the engine's journal names the incident, the "
-        "restarted daemon never closes that incident: it stays 'open' beside the new resolved one. "
-        "Fix in Daemon._recover: finish incidents still 'open' from an earlier ddtreed pid "
-        "(no application recorded) as 'reverted' with a 'reconciled' step."))),
-    "apply:journal", "apply:write:0", "apply:recorded")
+    "apply:backups", "apply:journal", "apply:write:0", "apply:recorded")
 
 
 @pytest.mark.slow

@@ -48,6 +48,13 @@ class IncidentsMixin(StoreBase):
             self._require(db, "incident", incident_id)
             self._insert_step(db, incident_id, step, detail, data, time.time() if at is None else at)
 
+    def set_diagnosis(self, incident_id: int, crashes: Sequence[Crash], signature: Signature,
+                      match: RuleMatch) -> None:
+        """Replace the crashes and the diagnosis: ranks that failed a moment later, diagnosed anew."""
+        row = _incident_row("crash", tuple(crashes), signature, match, None, None)
+        del row["source"], row["context"]
+        self._update(incident_id, **row)
+
     def set_remediation(self, incident_id: int, remediation_id: str | None,
                         application_id: str | None = None) -> None:
         """Name the remediation now being tried (the latest one wins)."""
