@@ -421,7 +421,7 @@ class Daemon:
 
     def _restart_and_verify(self, incident_id: int) -> Verdict:
         self._set_state("restarting", f"incident {incident_id}: restarting")
-        if not self._start_service():
+        if not self._start_service(backoff=False):
             return Verdict(ok=False, detail="restart budget spent")
         self.store.add_step(incident_id, "restarted", f"pid {self.supervisor.pid}", {"argv": self.argv})
         self._set_state("verifying", f"incident {incident_id}: verifying")
@@ -445,14 +445,19 @@ class Daemon:
 
     # ---- service lifecycle ------------------------------------------------------------------
 
-    def _start_service(self) -> bool:
+    def _start_service(self, backoff: bool = True) -> bool:
+        """Launch under the restart budget; False when it is spent.
+
+        `backoff=False` after a fix was applied: that restart tests a change, it is not a blind
+        retry, so it goes at once (it still counts against the budget).
+        """
         delay = self.budget.next_delay()
         if delay is None:
             self._set_state("escalated", "escalated: restart budget spent, needs a person")
             log.error("restart_budget_spent", max_restarts=self.config.policy.max_restarts,
                       hint="fix the cause, then send SIGHUP or restart ddtreed")
             return False
-        if delay > 0 and self.budget.starts_in_window > 0:
+        if backoff and delay > 0 and self.budget.starts_in_window > 0:
             self._set_state("backoff", f"backing off {delay:.1f}s before restart")
             self._sleep(delay)
         self.budget.record_start()
