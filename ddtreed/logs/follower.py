@@ -2,27 +2,31 @@
 
 Survives rotation by rename, copytruncate, deleted/recreated files and directories, partial and
 overlong lines and binary garbage. Reads big blocks and splits them with C-level `split`, so the
-hot path does no per-line Python work.
+hot path does no per-line Python work. Waits on inotify in the calling thread (`watch.py`).
 """
 
 from __future__ import annotations
 
 import os
-import threading
+import re
 import time
 from dataclasses import dataclass
 
 import structlog
-from watchdog.events import FileSystemEventHandler
-from watchdog.observers import Observer
 
-from .records import LogChunk
+from ..records import LogChunk
+from .watch import DirectoryWatch
 
 log = structlog.get_logger(__name__)
 
 BLOCK_BYTES = 64 * 1024  # one read; a LogChunk holds the complete lines of one block
 TAIL_BYTES = 64  # bytes before our offset, remembered to notice a file truncated and regrown past it
 TRUNCATION_MARKER = " [ddtreed: line truncated at {limit} bytes]"
+# After a read of only timestamped lines ("[2026-…"), the next read waits this long: a service
+# logging 1,000 lines/s then costs ~1/MIN_READ_INTERVAL_S wake-ups, not one per write. A read with
+# an untagged line (a traceback body, a C++ abort) or an unfinished line is followed at once.
+MIN_READ_INTERVAL_S = 0.005
+_UNTAGGED = re.compile(r"(?:\A|\n)(?!\[\d)")
 
 
 @dataclass
@@ -45,7 +49,7 @@ class Follower:
 
     def __init__(self, paths: list[str], max_line_bytes: int = 65536, from_end: bool = False,
                  poll_interval_s: float = 0.25, max_bytes_per_read: int = 1024 * 1024,
-                 clock=time.time):
+                 clock=time.time, min_read_interval_s: float | None = None):
         if max_line_bytes < 1:
             raise ValueError(f"max_line_bytes must be >= 1, got {max_line_bytes}")
         self.max_line_bytes = max_line_bytes
@@ -54,9 +58,11 @@ class Follower:
         self._max_bytes_per_read = max_bytes_per_read
         self._clock = clock
         self._sources = [_Source(os.path.abspath(p)) for p in paths]
+        self._min_read_interval_s = (MIN_READ_INTERVAL_S if min_read_interval_s is None
+                                     else min_read_interval_s)
+        self._next_read_at = 0.0  # monotonic; wait() holds a change back until then
         self._backlog = False  # a read stopped at max_bytes_per_read with data left
-        self._changed = threading.Event()
-        self._watcher = _DirectoryWatcher({s.path for s in self._sources}, self._changed)
+        self._watcher = DirectoryWatch({s.path for s in self._sources})
         for source in self._sources:
             self._open(source, at_end=from_end)
 
@@ -72,32 +78,66 @@ class Follower:
                 # A file vanishing between stat and read is a race, not a failure: retry next time.
                 log.warning("log_read_failed", path=source.path, error=str(error))
                 self._close(source)
+        self._next_read_at = time.monotonic() + self._min_read_interval_s if self._calm(chunks) else 0.0
         return chunks
 
     def wait(self, timeout: float) -> bool:
         """Block until a followed file (or its directory) changed, or `timeout`; True on change."""
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
-            self._changed.clear()
-            if self._backlog or self._has_unread():
+            if self._backlog:
                 return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            # An event only says "look": it may be for our own open or a write already read.
-            step = remaining if self._watcher.complete else min(remaining, self._poll_interval_s)
-            self._changed.wait(step)
+            if self._has_unread():
+                self._hold_off(deadline)
+                return True
+            # An event only says "look": the write may be one already read.
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                watching = self._watcher.complete and not self._orphaned()
+                step = remaining if watching else min(remaining, self._poll_interval_s)
+                if self._watcher.wait(step) or not watching:
+                    break
 
     def close(self) -> None:
         self._watcher.close()
         for source in self._sources:
             self._close(source)
 
+    def __del__(self) -> None:
+        # A follower dropped without close() must not keep an inotify instance (128 per user).
+        watcher = getattr(self, "_watcher", None)
+        if watcher is not None:
+            self.close()
+
     def __enter__(self) -> "Follower":
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+    # --- pacing -----------------------------------------------------------------------------
+
+    def _calm(self, chunks: list[LogChunk]) -> bool:
+        """Only complete timestamped lines read: nothing of a crash is in flight."""
+        if not chunks or self._min_read_interval_s <= 0:
+            return False
+        if any(source.partial or source.discarding for source in self._sources):
+            return False
+        return not any(_UNTAGGED.search(chunk.text) for chunk in chunks)
+
+    def _hold_off(self, deadline: float) -> None:
+        """Let a calm flood gather until `_next_read_at`, then drop the queued events: the coming
+        read covers every write they stand for."""
+        delay = min(self._next_read_at, deadline) - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        self._watcher.drain()
+
+    def _orphaned(self) -> bool:
+        """A file renamed away or deleted is still read; its writes no longer reach our watch."""
+        return any(source.fd is not None and source.missing_warned for source in self._sources)
 
     # --- one source -------------------------------------------------------------------------
 
@@ -171,6 +211,8 @@ class Follower:
             try:
                 status = os.stat(source.path)
             except OSError:
+                if source.fd is not None and os.fstat(source.fd).st_size != source.offset:
+                    return True  # renamed away or deleted, and still written
                 continue
             if (status.st_dev, status.st_ino) != source.identity or status.st_size != source.offset:
                 return True
@@ -260,87 +302,3 @@ class Follower:
         source.next_number += len(lines)
         return LogChunk(source=source.path, first_number=first, lines=lines,
                         received_at=self._clock(), text=text)
-
-
-class _DirectoryWatcher:
-    """inotify (watchdog) on the directories of the followed files; `complete` is False while a
-    directory is missing or cannot be watched, and then `Follower.wait` polls."""
-
-    def __init__(self, paths: set[str], changed: threading.Event):
-        self._paths = paths
-        self._directories = {os.path.dirname(p) for p in paths}
-        self._changed = changed
-        self._watches: dict[str, tuple[object, tuple[int, int]]] = {}
-        self._observer = None
-        self.complete = False
-        try:
-            self._observer = Observer()
-            self._observer.daemon = True
-            self._observer.start()
-        except OSError as error:  # inotify unusable (limits, no support): polling still works
-            log.warning("log_watch_unavailable", error=str(error))
-            self._observer = None
-        self.refresh()
-
-    def refresh(self) -> None:
-        """(Re)watch directories that appeared or were replaced; drop watches on vanished ones."""
-        if self._observer is None:
-            return
-        complete = True
-        for directory in self._directories:
-            try:
-                status = os.stat(directory)
-                identity = (status.st_dev, status.st_ino)
-            except OSError:
-                identity = None
-            current = self._watches.get(directory)
-            if current is not None and current[1] != identity:
-                self._unwatch(directory)
-                current = None
-            if identity is None:
-                complete = False
-            elif current is None:
-                complete = self._watch(directory, identity) and complete
-        self.complete = complete
-
-    def _watch(self, directory: str, identity: tuple[int, int]) -> bool:
-        try:
-            watch = self._observer.schedule(_Handler(self._paths, self._directories, self._changed),
-                                            directory, recursive=False)
-        except OSError as error:
-            log.warning("log_watch_failed", directory=directory, error=str(error))
-            return False
-        self._watches[directory] = (watch, identity)
-        return True
-
-    def _unwatch(self, directory: str) -> None:
-        watch, _ = self._watches.pop(directory)
-        try:
-            self._observer.unschedule(watch)
-        except (KeyError, OSError):
-            pass  # the emitter already stopped when its directory was deleted
-
-    def close(self) -> None:
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout=2.0)
-            self._observer = None
-
-
-class _Handler(FileSystemEventHandler):
-    """Sets the follower's event for changes to a followed file or its directory."""
-
-    def __init__(self, paths: set[str], directories: set[str], changed: threading.Event):
-        super().__init__()
-        self._relevant = paths | directories
-        self._changed = changed
-
-    def on_any_event(self, event) -> None:
-        if event.event_type in ("opened", "closed_no_write"):
-            return  # our own reads
-        for path in (event.src_path, getattr(event, "dest_path", "")):
-            if isinstance(path, bytes):
-                path = os.fsdecode(path)
-            if path in self._relevant:
-                self._changed.set()
-                return
