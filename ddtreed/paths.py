@@ -1,9 +1,13 @@
-"""Where the shipped rule, remediation and example files live (source checkout or install)."""
+"""Where the shipped rule, remediation and example files live (source checkout or install), and
+whether a configured one may be loaded at all."""
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from pathlib import Path
+from typing import Iterable
 
 _CHECKOUT = Path(__file__).resolve().parent.parent
 
@@ -14,3 +18,26 @@ def shipped(kind: str) -> Path:
     if candidate.is_dir():
         return candidate
     return Path(sys.prefix) / "share" / "ddtreed" / kind
+
+
+def untrusted(path: str | os.PathLike[str], roots: Iterable[str | os.PathLike[str]] = ()) -> str | None:
+    """Why a rule/remediation file or directory must not be loaded ("refused: …"), or None.
+
+    Rules and remediations decide what the daemon patches and runs, so only their owner may edit
+    them. `roots` are the configured directories the real path (symlinks resolved) must stay in.
+    Raises OSError (FileNotFoundError…) when the path cannot be examined.
+    """
+    real = os.path.realpath(path)
+    allowed = [os.path.realpath(root) for root in roots]
+    if allowed and not any(real == root or os.path.commonpath((real, root)) == root for root in allowed):
+        return f"refused: a symlink to {real}, outside the configured directories"
+    info = os.stat(path)
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        return "refused: not a regular file"  # a FIFO or device would hang or flood the loader
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & stat.S_IWOTH:
+        return f"refused: world-writable (mode {mode:04o}); fix with chmod o-w {path}"
+    if mode & stat.S_IWGRP and info.st_uid != os.geteuid():
+        return (f"refused: group-writable (mode {mode:04o}) and owned by uid {info.st_uid}, not "
+                f"ddtreed's uid {os.geteuid()}; fix with chmod g-w {path}")
+    return None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..paths import untrusted
 from . import flags
 
 KINDS = ("patch", "args", "env")
@@ -119,7 +120,12 @@ class _File:
 
     def __init__(self, path: Path):
         self.path = path
-        self.text = path.read_text(encoding="utf-8")
+        try:
+            self.text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise RemediationError(f"{path}:0: file: not UTF-8 text") from None
+        except OSError as error:
+            raise RemediationError(f"{path}:0: file: cannot read: {error.strerror}") from None
         self.lines = self.text.splitlines()
 
     def line_of(self, key: str, table: str | None = None, index: int = 0) -> int:
@@ -306,16 +312,31 @@ def _env(file: _File, raw: Any) -> tuple[dict[str, str], tuple[str, ...]]:
 
 
 def load_remediations(dirs: Iterable[str | Path]) -> Catalog:
-    """Every `*.toml` in `dirs`, validated; a duplicate id is an error naming both files."""
+    """Every `*.toml` in `dirs`, validated; a duplicate id is an error naming both files.
+
+    A file or directory that others could edit, or a link out of `dirs`, is refused: remediations
+    decide what the daemon patches and runs.
+    """
+    dirs = [Path(directory) for directory in dirs]
     found: dict[str, Remediation] = {}
     for directory in dirs:
-        directory = Path(directory)
         if not directory.is_dir():
             raise RemediationError(f"{directory}: not a directory of remediation files")
+        _check_trusted(directory, [directory], "directory")
         for path in sorted(directory.glob("*.toml")):
+            _check_trusted(path, dirs, "file")
             remediation = _load_file(path)
             if remediation.id in found:
                 raise RemediationError(f"{path}:{_File(path).line_of('id')}: id: duplicate "
                                        f"{remediation.id!r}, also in {found[remediation.id].source}")
             found[remediation.id] = remediation
     return Catalog(found)
+
+
+def _check_trusted(path: Path, roots: list[Path], kind: str) -> None:
+    try:
+        refusal = untrusted(path, roots)
+    except OSError as error:
+        refusal = f"cannot examine: {error.strerror}"
+    if refusal:
+        raise RemediationError(f"{path}:0: {kind}: {refusal}")

@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -25,18 +26,25 @@ class Store:
         self.journal_path = self.root / "journal.json"
 
     def _ensure(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.root.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # the state dir: not ours to chmod
+        _private_dir(self.root)
 
     @contextmanager
     def lock(self) -> Iterator[None]:
         """One writer at a time (daemon and CLI may share a state dir)."""
         self._ensure()
-        with open(self.root / "lock", "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        descriptor = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            info = os.fstat(descriptor)
+            if stat.S_IMODE(info.st_mode) != 0o600 and info.st_uid == os.geteuid():
+                os.fchmod(descriptor, 0o600)  # one an older ddtreed created 0644
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
             try:
                 yield
             finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                fcntl.flock(descriptor, fcntl.LOCK_UN)
+        finally:
+            os.close(descriptor)
 
     def entries(self) -> list[dict[str, Any]]:
         try:
@@ -58,8 +66,10 @@ class Store:
         self.save(entries + [entry])
 
     def write_backup(self, application_id: str, name: str, data: bytes) -> str:
+        self._ensure()
         directory = self.root / "backups" / application_id
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _private_dir(directory.parent)
+        _private_dir(directory)
         path = directory / name
         write_atomic(str(path), data, 0o600)
         return str(path)
@@ -102,3 +112,11 @@ class Store:
             os.fsync(directory)
         finally:
             os.close(directory)
+
+
+def _private_dir(path: Path) -> None:
+    """A 0700 directory (its parent exists); one an older ddtreed left 0755 is tightened."""
+    path.mkdir(exist_ok=True, mode=0o700)
+    info = path.stat()
+    if stat.S_IMODE(info.st_mode) != 0o700 and info.st_uid == os.geteuid():
+        os.chmod(path, 0o700)

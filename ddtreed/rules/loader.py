@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import tomllib
 from pathlib import Path
 from typing import Any, Collection, Iterable
 
+from ..paths import untrusted
 from ..records import CATEGORIES
 from .expression import ExpressionError, compile_expression
 from .model import CONTEXT_NAMES, CRASH_NAMES, Conditions, Rule, short_exception, template_fields
@@ -33,21 +33,41 @@ class RuleError(ValueError):
 
 
 def rule_files(dirs: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Every `*.toml` in the given directories (or the files themselves), sorted per directory."""
+    """Every `*.toml` in the given directories (or the files themselves), sorted per directory.
+
+    A missing or refused directory is listed itself, so that parse_files reports it.
+    """
     files: list[Path] = []
     for entry in dirs:
         path = Path(entry)
-        files.extend(sorted(path.glob("*.toml")) if path.is_dir() else [path])
+        trusted = path.is_dir() and _refusal(path, [path]) is None
+        files.extend(sorted(path.glob("*.toml")) if trusted else [path])
     return files
+
+
+def _refusal(path: Path, roots: Collection[Path]) -> str | None:
+    try:
+        return untrusted(path, roots)
+    except FileNotFoundError:
+        return None  # reported by _read as a missing file
+    except OSError as error:
+        return f"cannot examine: {error.strerror}"
+
+
+def _roots(files: Iterable[Path]) -> set[Path]:
+    """The configured directories behind `files`: rule_files names each file under its directory."""
+    return {path.parent for path in files if not path.is_dir()}
 
 
 def parse_files(files: Iterable[Path], remediation_ids: Collection[str] | None = None) -> list[Rule]:
     """Validated rules from `files`; raise RuleError listing every problem found."""
+    files = list(files)
+    roots = _roots(files)
     problems: list[str] = []
     rules: list[Rule] = []
     seen: dict[str, str] = {}
     for path in files:
-        for rule in _parse_file(path, problems, remediation_ids):
+        for rule in _parse_file(path, roots, problems, remediation_ids):
             if rule.id in seen:
                 problems.append(f"{rule.source}:{rule.line}: id: duplicate rule id {rule.id!r} "
                                 f"(first defined at {seen[rule.id]})")
@@ -59,8 +79,9 @@ def parse_files(files: Iterable[Path], remediation_ids: Collection[str] | None =
     return rules
 
 
-def _parse_file(path: Path, problems: list[str], remediation_ids: Collection[str] | None) -> list[Rule]:
-    text = _read(path, problems)
+def _parse_file(path: Path, roots: Collection[Path], problems: list[str],
+                remediation_ids: Collection[str] | None) -> list[Rule]:
+    text = _read(path, roots, problems)
     if text is None:
         return []
     try:
@@ -86,13 +107,14 @@ def _parse_file(path: Path, problems: list[str], remediation_ids: Collection[str
     return rules
 
 
-def _read(path: Path, problems: list[str]) -> str | None:
+def _read(path: Path, roots: Collection[Path], problems: list[str]) -> str | None:
+    refusal = _refusal(path, [path] if path.is_dir() else roots)
+    if refusal:
+        # Rules choose what the daemon patches: anyone able to edit them could steer it.
+        kind = "directory" if path.is_dir() else "file"
+        problems.append(f"{path}:0: {kind}: {refusal}")
+        return None
     try:
-        mode = path.stat().st_mode
-        if mode & stat.S_IWOTH:
-            # Rules choose what the daemon patches: anyone able to edit them could steer it.
-            problems.append(f"{path}:1: file: world-writable, refusing to load it (chmod o-w {path})")
-            return None
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         problems.append(f"{path}:0: file: no such rule file or directory")
@@ -346,7 +368,10 @@ def remediation_ids_in(dirs: Iterable[str | os.PathLike[str]]) -> set[str] | Non
     if not files:
         return None
     ids: set[str] = set()
+    roots = _roots(files)
     for path in files:
+        if _refusal(path, roots):
+            continue  # never read a file the remediation loader refuses (a link to /dev/zero…)
         try:
             raw = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
