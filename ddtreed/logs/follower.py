@@ -62,6 +62,7 @@ class Follower:
                                      else min_read_interval_s)
         self._next_read_at = 0.0  # monotonic; wait() holds a change back until then
         self._backlog = False  # a read stopped at max_bytes_per_read with data left
+        self._orphaned = False  # a followed file is open but gone from its path: poll it
         self._watcher = DirectoryWatch({s.path for s in self._sources})
         for source in self._sources:
             self._open(source, at_end=from_end)
@@ -95,7 +96,7 @@ class Follower:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                watching = self._watcher.complete and not self._orphaned()
+                watching = self._watcher.complete and not self._orphaned
                 step = remaining if watching else min(remaining, self._poll_interval_s)
                 if self._watcher.wait(step) or not watching:
                     break
@@ -134,10 +135,6 @@ class Follower:
         if delay > 0:
             time.sleep(delay)
         self._watcher.drain()
-
-    def _orphaned(self) -> bool:
-        """A file renamed away or deleted is still read; its writes no longer reach our watch."""
-        return any(source.fd is not None and source.missing_warned for source in self._sources)
 
     # --- one source -------------------------------------------------------------------------
 
@@ -207,12 +204,17 @@ class Follower:
         return os.pread(source.fd, len(source.tail), source.offset - len(source.tail)) != source.tail
 
     def _has_unread(self) -> bool:
+        self._orphaned = False
         for source in self._sources:
             try:
                 status = os.stat(source.path)
             except OSError:
-                if source.fd is not None and os.fstat(source.fd).st_size != source.offset:
-                    return True  # renamed away or deleted, and still written
+                if source.fd is None:
+                    continue
+                # Renamed away or deleted but still open: its writes no longer reach our watch.
+                self._orphaned = True
+                if os.fstat(source.fd).st_size != source.offset:
+                    return True
                 continue
             if (status.st_dev, status.st_ino) != source.identity or status.st_size != source.offset:
                 return True

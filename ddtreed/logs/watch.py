@@ -129,7 +129,11 @@ class DirectoryWatch:
                         self._watches.pop(directory, None)
                 continue
             name = data[start:offset].rstrip(b"\0")
-            relevant = relevant or any(name in self._names[d] for d in directories)
+            if any(name in self._names[d] for d in directories):
+                relevant = True
+                # A followed file created, renamed or deleted: check the directories too (an
+                # open file in a deleted directory keeps it alive, so no IN_DELETE_SELF comes).
+                self._stale = self._stale or bool(mask & ~IN.IN_MODIFY)
         return relevant
 
     def _watch(self, directory: str, identity: tuple[int, int]) -> bool:
