@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -172,6 +173,37 @@ def test_demo_patch_makes_the_width_budget_plus_one(engine, tmp_path):
     assert names["target_verify_width"](args, is_draft_worker=True) == 8
     args.speculative_algorithm = "DFLASH"
     assert names["target_verify_width"](args) == 8
+
+
+def _modes(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): oct(stat.S_IMODE(p.lstat().st_mode)) for p in root.rglob("*")}
+
+
+def test_remediation_state_is_private_under_umask_022(engine, tmp_path):
+    """Backups hold the patched package's bytes and the lock decides who writes: others see nothing."""
+    site = make_demo_site(tmp_path)
+    root = tmp_path / "state" / "remediation"
+    previous = os.umask(0o022)
+    try:
+        engine.apply(engine.plan("ddtree-verify-graph-width", site_packages=str(site)))
+    finally:
+        os.umask(previous)
+    modes = _modes(root)
+    assert {"lock", "backups", "applications.json"} <= set(modes)
+    assert modes == {name: oct(0o700 if (root / name).is_dir() else 0o600) for name in modes}
+
+
+def test_remediation_state_an_older_ddtreed_left_open_is_tightened(engine, tmp_path):
+    site = make_demo_site(tmp_path)
+    root = tmp_path / "state" / "remediation"
+    (root / "backups").mkdir(parents=True)
+    (root / "lock").touch()
+    for path, mode in ((root, 0o755), (root / "backups", 0o755), (root / "lock", 0o644)):
+        os.chmod(path, mode)
+    engine.apply(engine.plan("ddtree-verify-graph-width", site_packages=str(site)))
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    modes = _modes(root)
+    assert modes == {name: oct(0o700 if (root / name).is_dir() else 0o600) for name in modes}
 
 
 # ---- CLI -------------------------------------------------------------------------------------

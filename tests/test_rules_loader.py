@@ -106,12 +106,24 @@ def test_invalid_toml_has_a_line(tmp_path):
     assert problems[0].startswith(f"{tmp_path / 'r.toml'}:12: toml:")
 
 
-def test_world_writable_rule_file_is_refused(tmp_path):
+def test_world_writable_rule_file_is_refused_beside_other_problems(tmp_path):
     path = write(tmp_path, GOOD)
     os.chmod(path, 0o666)
+    write(tmp_path, GOOD.replace('"cuda-oom"', '"nope"'), "s.toml")
     with pytest.raises(RuleError) as caught:
         load_rules([tmp_path])
-    assert "world-writable, refusing to load it" in str(caught.value)
+    assert caught.value.problems == [
+        f"{path}:0: file: refused: world-writable (mode 0666); fix with chmod o-w {path}",
+        f"{tmp_path / 's.toml'}:4: category: unknown category 'nope' (known: {', '.join(CATEGORIES)})",
+    ]
+
+
+def test_remediation_ids_skip_files_the_catalog_would_refuse(tmp_path):
+    """`rules check` never reads through a planted link (here one that would never end)."""
+    (tmp_path / "remediations").mkdir()
+    write(tmp_path / "remediations", 'id = "kept"\n', "kept.toml")
+    (tmp_path / "remediations" / "endless.toml").symlink_to("/dev/zero")
+    assert remediation_ids_in([tmp_path / "remediations"]) == {"kept"}
 
 
 def test_rules_check_cli_reports_file_line(tmp_path, capsys):
