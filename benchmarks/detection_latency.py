@@ -5,7 +5,9 @@ row committed in SQLite by the daemon's own path: Follower → Assembler → rul
 
 The daemon's Assembler waits `settle_s` (1 s) for other ranks before it hands out a group, so the
 default mode is measured over fewer events; `eager` hands the group out once every traceback in
-it has its exception line.
+it has its exception line. `flood`: no hogs, but a second process appends SGLang decode lines at
+`--flood-lines-per-s` (one write each) to the followed stdout log beside it, so the follower's
+calm-flood pacing (`--min-read-interval-ms`) is in the measured path.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from _common import CpuHogs, emit, inotify_instances, quiet_logs, summary_ms
 
 import fast_service  # noqa: E402  (tests/programs, put on sys.path by _common)
 from ddtreed.incidents import Store  # noqa: E402
-from ddtreed.logs import Follower  # noqa: E402
+from ddtreed.logs import MIN_READ_INTERVAL_S, Follower  # noqa: E402
 from ddtreed.paths import shipped  # noqa: E402
 from ddtreed.records import ServiceContext  # noqa: E402
 from ddtreed.rules import load_rules  # noqa: E402
@@ -43,23 +45,40 @@ for _ in sys.stdin:
     sys.stdout.write(f"{flushed:.9f}\n")
     sys.stdout.flush()
 """
+# The flood: decode lines at a steady rate, one write per line, to the service's stdout log.
+FLOODER = r"""
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+rate, started, step = float(sys.argv[2]), time.monotonic(), 0
+while True:
+    due = int((time.monotonic() - started) * rate)
+    while step < due:
+        os.write(fd, b"[2026-07-28 10:00:00 TP%d] Decode batch, #running-req: 4, #token: %d, "
+                     b"accept len: 3.10, gen throughput (token/s): 812.4\n" % (step % 2, step))
+        step += 1
+    time.sleep(0.001)
+"""
 CONTEXT = ServiceContext(speculative_algorithm="DDTREE", block_size=8, ddtree_budget=32, tp_size=2)
 
 
-def measure(directory: Path, events: int, eager: bool) -> list[tuple[float, float, float, float]]:
+def measure(directory: Path, events: int, eager: bool, interval_s: float,
+            flood_lines_per_s: float = 0.0) -> list[tuple[float, float, float, float]]:
     """Per event: (total, read+assemble, diagnose, SQLite commit) in seconds."""
-    log_path = directory / "service.stderr.log"
+    log_path, flood_path = directory / "service.stderr.log", directory / "service.stdout.log"
     log_path.write_bytes(b"")
+    flood_path.write_bytes(b"")
     rules = load_rules([shipped("rules")])
     store = Store(directory / f"incidents-{eager}-{time.monotonic_ns()}.sqlite3")
     before = inotify_instances()
-    follower = Follower([str(log_path)])
+    follower = Follower([str(log_path), str(flood_path)], min_read_interval_s=interval_s)
     if inotify_instances() <= before:
         # Polling every 0.25 s would be measured instead of inotify: not what this benchmark is for.
         raise SystemExit("no inotify instance available (fs.inotify.max_user_instances reached)")
     assembler = Assembler(eager=eager)
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(log_path), str(fast_service.Path(fast_service.__file__).parent)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    flooder = (subprocess.Popen([sys.executable, "-c", FLOODER, str(flood_path), str(flood_lines_per_s)])
+               if flood_lines_per_s > 0 else None)
     latencies: list[tuple[float, float, float, float]] = []
     try:
         for _ in range(events):
@@ -72,6 +91,9 @@ def measure(directory: Path, events: int, eager: bool) -> list[tuple[float, floa
     finally:
         writer.stdin.close()
         writer.wait(10)
+        if flooder is not None:
+            flooder.kill()
+            flooder.wait(10)
         follower.close()
         store.close()
     return latencies
@@ -95,14 +117,15 @@ def pipeline_until_incident(follower, assembler, rules, store) -> tuple[float, f
             return grouped, diagnosed, time.time()
 
 
-def run(events: int, settle_events: int, hogs: int) -> dict:
-    result: dict = {"benchmark": "detection_latency", "events": events, "hogs_loaded": hogs}
+def run(events: int, settle_events: int, hogs: int, interval_s: float, flood: float) -> dict:
+    result: dict = {"benchmark": "detection_latency", "events": events, "hogs_loaded": hogs,
+                    "min_read_interval_ms": interval_s * 1000.0, "flood_lines_per_s": flood}
     with tempfile.TemporaryDirectory(prefix="ddtreed-detect-") as root:
         root = Path(root)
-        for label, load in (("idle", 0), ("loaded", hogs)):
+        for label, load, lines_per_s in (("idle", 0, 0.0), ("loaded", hogs, 0.0), ("flood", 0, flood)):
             with CpuHogs(load):
-                eager = measure(root, events, eager=True)
-                settle = measure(root, settle_events, eager=False)
+                eager = measure(root, events, True, interval_s, lines_per_s)
+                settle = measure(root, settle_events, False, interval_s, lines_per_s)
             result.update({f"{k}_{label}": v for k, v in summary_ms([e[0] for e in eager], "detect").items()})
             for index, part in ((1, "read_assemble"), (2, "diagnose"), (3, "commit")):
                 values = summary_ms([e[index] for e in eager], part)
@@ -122,9 +145,13 @@ def main() -> None:
     parser.add_argument("--settle-events", type=int, default=20,
                         help="events per condition with the default 1 s settle window")
     parser.add_argument("--hogs", type=int, default=2)
+    parser.add_argument("--flood-lines-per-s", type=float, default=1000.0)
+    parser.add_argument("--min-read-interval-ms", type=float, default=MIN_READ_INTERVAL_S * 1000.0,
+                        help="the follower's pause after a read of only timestamped lines (0: none)")
     args = parser.parse_args()
     quiet_logs()
-    emit(run(args.events, args.settle_events, args.hogs))
+    emit(run(args.events, args.settle_events, args.hogs, args.min_read_interval_ms / 1000.0,
+             args.flood_lines_per_s))
 
 
 if __name__ == "__main__":

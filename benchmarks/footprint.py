@@ -2,24 +2,40 @@
 
 The service (tests/programs/fast_service.py) first crashes with the founding traceback; once the
 daemon has patched it and the incident is resolved, the daemon process alone (not the service)
-is sampled with psutil for `--seconds`: peak RSS and CPU time over wall time. Prints ONE JSON object.
+is sampled with psutil for `--seconds`: peak RSS, CPU time over wall time, and voluntary context
+switches per second (each is the loop blocking again after a wake-up). `--min-read-interval-ms`
+sets the follower's calm-flood pacing in the daemon (default: the library's). Prints ONE JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import psutil
 
-from _common import emit, events, start_daemon, stop_daemon, wait_for
+from _common import REPO, emit, events, stop_daemon, wait_for
 
 import fast_service  # noqa: E402  (tests/programs, put on sys.path by _common)
 from ddtreed.demo import free_port  # noqa: E402
+from ddtreed.logs import MIN_READ_INTERVAL_S  # noqa: E402
 
 SAMPLE_EVERY_S = 0.5
+# `ddtreed run` with the follower's default pacing replaced (the daemon builds its Follower itself).
+LAUNCH = ("import sys, ddtreed.logs.follower as f; f.MIN_READ_INTERVAL_S = float(sys.argv.pop(1)); "
+          "from ddtreed.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def start_daemon(config: Path, log_path: Path, interval_s: float) -> subprocess.Popen:
+    """The real `ddtreed run`, JSON events to `log_path`."""
+    out = open(log_path, "wb")
+    return subprocess.Popen([sys.executable, "-c", LAUNCH, str(interval_s), "run", "--config", str(config),
+                             "--log-format", "json"], stdout=out, stderr=subprocess.STDOUT,
+                            cwd=REPO, start_new_session=True)
 
 
 def count_lines(path: Path) -> int:
@@ -31,19 +47,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--lines-per-s", type=float, default=1000.0)
+    parser.add_argument("--min-read-interval-ms", type=float, default=MIN_READ_INTERVAL_S * 1000.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ddtreed-footprint-") as root:
         root = Path(root)
         config = fast_service.write_config(root, port=free_port(),
                                            extra_args=("--lines-per-s", str(args.lines_per_s)))
         log_path = root / "daemon.jsonl"
-        daemon = start_daemon(config, log_path)
+        daemon = start_daemon(config, log_path, args.min_read_interval_ms / 1000.0)
         try:
             if not wait_for(lambda: any(e["event"] == "incident_resolved" for e in events(log_path)), 60.0):
                 raise SystemExit(f"the daemon did not get the service healthy; see {log_path}")
             result = sample(psutil.Process(daemon.pid), root / "logs" / "service.stdout.log", args.seconds)
             # Without inotify (limit reached) the follower polls every 0.25 s: cheaper, but slower to notice.
             result["inotify"] = not any(e["event"] == "log_watch_unavailable" for e in events(log_path))
+            result["min_read_interval_ms"] = args.min_read_interval_ms
         finally:
             stop_daemon(daemon)
     result.update({"lines_per_s_target": args.lines_per_s, "goal_rss_mb": 40, "goal_cpu_percent": 2})
@@ -54,6 +72,7 @@ def main() -> None:
 def sample(process: psutil.Process, service_log: Path, seconds: float) -> dict:
     lines_before = count_lines(service_log)
     cpu_before = process.cpu_times()
+    switches_before = process.num_ctx_switches().voluntary
     threads_before = {t.id: t.user_time + t.system_time for t in process.threads()}
     started = time.monotonic()
     peak_rss = process.memory_info().rss
@@ -63,7 +82,8 @@ def sample(process: psutil.Process, service_log: Path, seconds: float) -> dict:
     wall = time.monotonic() - started
     cpu_after = process.cpu_times()
     cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
-    # The main thread runs the loop; the others are watchdog's inotify emitter and dispatcher.
+    switches = process.num_ctx_switches().voluntary - switches_before
+    # The main thread runs the loop (and, since the follower reads inotify itself, the log wait).
     main_thread = next(t for t in process.threads() if t.id == process.pid)
     main_cpu = main_thread.user_time + main_thread.system_time - threads_before.get(process.pid, 0.0)
     memory = process.memory_full_info()
@@ -72,7 +92,8 @@ def sample(process: psutil.Process, service_log: Path, seconds: float) -> dict:
             "uss_mb": round(memory.uss / 2**20, 1), "cpu_percent": round(100.0 * cpu / wall, 2),
             "cpu_percent_main_thread": round(100.0 * main_cpu / wall, 2),
             "cpu_percent_other_threads": round(100.0 * (cpu - main_cpu) / wall, 2),
-            "threads": process.num_threads(), "service_lines": lines,
+            "threads": process.num_threads(), "wakeups_per_s": round(switches / wall, 1),
+            "service_lines": lines,
             "service_lines_per_s": round(lines / wall, 1)}
 
 

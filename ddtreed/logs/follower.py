@@ -42,6 +42,7 @@ class _Source:
     next_number: int = 1
     tail: bytes = b""  # the TAIL_BYTES that end at `offset`
     missing_warned: bool = False
+    mtime_ns: int = -1  # st_mtime_ns at the last read through the path
 
 
 class Follower:
@@ -85,11 +86,12 @@ class Follower:
     def wait(self, timeout: float) -> bool:
         """Block until a followed file (or its directory) changed, or `timeout`; True on change."""
         deadline = time.monotonic() + max(0.0, timeout)
+        if self._backlog:
+            return True
+        self._hold_off(deadline)
         while True:
-            if self._backlog:
-                return True
             if self._has_unread():
-                self._hold_off(deadline)
+                self._watcher.drain()  # the coming read covers every write these events stand for
                 return True
             # An event only says "look": the write may be one already read.
             while True:
@@ -129,12 +131,11 @@ class Follower:
         return not any(_UNTAGGED.search(chunk.text) for chunk in chunks)
 
     def _hold_off(self, deadline: float) -> None:
-        """Let a calm flood gather until `_next_read_at`, then drop the queued events: the coming
-        read covers every write they stand for."""
+        """After a calm read, sleep until `_next_read_at` without watching: a flood then costs
+        one wake-up per read, and whatever came meanwhile is read in one go."""
         delay = min(self._next_read_at, deadline) - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        self._watcher.drain()
 
     # --- one source -------------------------------------------------------------------------
 
@@ -149,6 +150,7 @@ class Follower:
             return
         status = os.fstat(fd)
         source.fd, source.identity = fd, (status.st_dev, status.st_ino)
+        source.mtime_ns = -1
         source.offset = status.st_size if at_end else 0
         source.partial, source.discarding = b"", False
         tail = min(TAIL_BYTES, source.offset)
@@ -187,6 +189,9 @@ class Follower:
             log.info("log_file_rotated", path=source.path)
             self._open(source)
             return chunks + (self._drain(source) if source.fd is not None else [])
+        if status.st_size == source.offset and status.st_mtime_ns == source.mtime_ns:
+            return []  # untouched since the last read: spare the truncation check and the read
+        source.mtime_ns = status.st_mtime_ns
         self._check_truncated(source, status.st_size)
         return self._drain(source)
 
