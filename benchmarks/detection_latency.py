@@ -32,11 +32,13 @@ from ddtreed.tracebacks import Assembler  # noqa: E402
 PUMP_TIMEOUT_S = 0.2  # the daemon's `pump(0.2)` while it watches a serving service
 # The writer: one founding crash per "go" line on stdin; answers with the time its last write returned.
 WRITER = r"""
-import os, sys, time
+import os, random, sys, time
 sys.path.insert(0, sys.argv[2])
 from fast_service import founding_traceback
 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+jitter_s = float(sys.argv[3])
 for _ in sys.stdin:
+    time.sleep(random.uniform(0.0, jitter_s))
     text = founding_traceback(["TP1", "TP0"]).encode()
     cut = text.rstrip(b"\n").rfind(b"\n", 0, len(text) - 2)  # the last exception line and its blank
     os.write(fd, text[:cut + 1])
@@ -75,7 +77,11 @@ def measure(directory: Path, events: int, eager: bool, interval_s: float,
         # Polling every 0.25 s would be measured instead of inotify: not what this benchmark is for.
         raise SystemExit("no inotify instance available (fs.inotify.max_user_instances reached)")
     assembler = Assembler(eager=eager)
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(log_path), str(fast_service.Path(fast_service.__file__).parent)],
+    # Under a flood the crash must land at a random point between two reads (as in life), not
+    # right after the read the benchmark's own hand-off lines it up with: a random delay first.
+    jitter_s = 2 * interval_s + 0.005 if flood_lines_per_s > 0 else 0.0
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(log_path),
+                               str(fast_service.Path(fast_service.__file__).parent), str(jitter_s)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
     flooder = (subprocess.Popen([sys.executable, "-c", FLOODER, str(flood_path), str(flood_lines_per_s)])
                if flood_lines_per_s > 0 else None)

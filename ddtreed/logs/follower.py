@@ -25,7 +25,7 @@ TRUNCATION_MARKER = " [ddtreed: line truncated at {limit} bytes]"
 # After a read of only timestamped lines ("[2026-…"), the next read waits this long: a service
 # logging 1,000 lines/s then costs ~1/MIN_READ_INTERVAL_S wake-ups, not one per write. A read with
 # an untagged line (a traceback body, a C++ abort) or an unfinished line is followed at once.
-MIN_READ_INTERVAL_S = 0.005
+MIN_READ_INTERVAL_S = 0.020
 _UNTAGGED = re.compile(r"(?:\A|\n)(?!\[\d)")
 
 
