@@ -91,7 +91,7 @@ def sample(process: psutil.Process, service_log: Path, seconds: float) -> dict:
     return {"benchmark": "footprint", "seconds": round(wall, 1), "rss_mb": round(peak_rss / 2**20, 1),
             "uss_mb": round(memory.uss / 2**20, 1), "cpu_percent": round(100.0 * cpu / wall, 2),
             "cpu_percent_main_thread": round(100.0 * main_cpu / wall, 2),
-            "cpu_percent_other_threads": round(100.0 * (cpu - main_cpu) / wall, 2),
+            "cpu_percent_other_threads": round(max(0.0, 100.0 * (cpu - main_cpu) / wall), 2),
             "threads": process.num_threads(), "wakeups_per_s": round(switches / wall, 1),
             "service_lines": lines,
             "service_lines_per_s": round(lines / wall, 1)}
