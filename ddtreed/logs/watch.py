@@ -48,6 +48,7 @@ class DirectoryWatch:
             self._names.setdefault(directory, set()).add(os.fsencode(name))
         self._watches: dict[str, tuple[int, tuple[int, int]]] = {}  # directory -> (wd, identity)
         self._directories_of: dict[int, set[str]] = {}  # wd -> directories (one inode, two paths)
+        self._failed: set[str] = set()  # warned once; retried on every refresh
         self.complete = False
         self._stale = False
         self._fd = _open_instance()
@@ -56,10 +57,6 @@ class DirectoryWatch:
             self._poller = select.poll()
             self._poller.register(self._fd, select.POLLIN)
         self.refresh()
-
-    @property
-    def active(self) -> bool:
-        return self._fd is not None
 
     def wait(self, timeout: float) -> bool:
         """Block up to `timeout` for events; True if one concerned a followed file or directory."""
@@ -141,8 +138,11 @@ class DirectoryWatch:
         # sees the identity differ and watches again.
         wd = inotify_c.inotify_add_watch(self._fd, os.fsencode(directory), WATCH_MASK)
         if wd == -1:
-            log.warning("log_watch_failed", directory=directory, error=os.strerror(ctypes.get_errno()))
+            if directory not in self._failed:
+                log.warning("log_watch_failed", directory=directory, error=os.strerror(ctypes.get_errno()))
+                self._failed.add(directory)
             return False
+        self._failed.discard(directory)
         self._watches[directory] = (wd, identity)
         self._directories_of.setdefault(wd, set()).add(directory)
         return True
