@@ -22,7 +22,7 @@ def test_round_trip_keeps_every_field(tmp_path):
         service_started_at=1000.0, restarts=2, last_healthy_at=1100.0, last_accept_length=3.4,
         current_incident_id=None, degraded={"remediations": ["ddtree-verify-graph-width"], "since": 900.0},
         canary={"last_run_at": 1050.0, "passed": True, "detail": "4/4 prompts match"},
-        config="/etc/ddtreed/main.toml",
+        config="/etc/ddtreed/main.toml", service_token="0123abcd",
     )
     written = write_status(tmp_path, status)
     assert written.updated_at > 0
@@ -31,7 +31,7 @@ def test_round_trip_keeps_every_field(tmp_path):
     on_disk = json.loads(status_path(tmp_path).read_text())
     assert set(on_disk) == {"pid", "state", "status_text", "service_pid", "service_started_at", "restarts",
                             "last_healthy_at", "last_accept_length", "current_incident_id", "degraded",
-                            "canary", "config", "updated_at"}
+                            "canary", "config", "service_token", "updated_at"}
 
 
 def test_no_snapshot_reads_as_none(tmp_path):
