@@ -127,11 +127,14 @@ class Worker:
                                     args.speculative_ddtree_budget, collapse)
         else:
             tree = model.chain_tree(root, args.speculative_num_draft_tokens, collapse)
-        tokens = list(tree.tokens)
+        tokens, raw_bs = list(tree.tokens), 1
         if args.fault == "device-assert":
-            tokens[-1] = model.VOCAB_SIZE + 7  # an out-of-range id: indexing asserts on the device
+            # Every id of the largest captured batch out of range: each gather thread of the
+            # replayed graph asserts, thousands of lines before torch raises (as on a real GPU).
+            raw_bs = self.runner.capture_bs[-1]
+            tokens = [model.VOCAB_SIZE + 7] * (raw_bs * self.runner.num_tokens_per_bs)
         batch = self.torch.tensor(tokens, device=self.device)
-        predictions = self.runner.replay(batch, raw_bs=1).tolist()
+        predictions = self.runner.replay(batch, raw_bs=raw_bs).tolist()
         budget = args.speculative_ddtree_budget
         garbage = args.garbage_above_budget is not None and budget is not None and \
             budget > args.garbage_above_budget
