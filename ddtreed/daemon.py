@@ -421,6 +421,7 @@ class Daemon:
 
     def _restart_and_verify(self, incident_id: int) -> Verdict:
         self._set_state("restarting", f"incident {incident_id}: restarting")
+        self.store.add_step(incident_id, "restarting", " ".join(self.argv))
         if not self._start_service(backoff=False):
             return Verdict(ok=False, detail="restart budget spent")
         self.store.add_step(incident_id, "restarted", f"pid {self.supervisor.pid}", {"argv": self.argv})
