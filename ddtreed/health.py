@@ -160,21 +160,26 @@ class Prober:
 
     def _request(self, method: str, path: str, payload: Any,
                  deadline: float) -> tuple[int | None, bytes, str]:
-        """(HTTP status or None, body, error text); the timeout is whatever budget is left."""
-        remaining = deadline - self._clock()
-        if remaining <= 0:
-            return None, b"", "deadline passed before the request"
-        data = None if payload is None else json.dumps(payload).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=remaining) as response:
-                return response.status, response.read(), ""
-        except urllib.error.HTTPError as error:
-            return error.code, error.read(), ""
-        except (urllib.error.URLError, socket.timeout, ConnectionError, TimeoutError) as error:
-            reason = getattr(error, "reason", error)
-            return None, b"", f"{type(reason).__name__}: {reason}"
+        return request(self.base_url, method, path, payload, deadline, self._clock)
+
+
+def request(base_url: str, method: str, path: str, payload: Any, deadline: float,
+            clock: Callable[[], float] = time.monotonic) -> tuple[int | None, bytes, str]:
+    """(HTTP status or None, body, error text); the timeout is whatever budget is left."""
+    remaining = deadline - clock()
+    if remaining <= 0:
+        return None, b"", "deadline passed before the request"
+    data = None if payload is None else json.dumps(payload).encode()
+    call = urllib.request.Request(base_url.rstrip("/") + path, data=data, method=method,
+                                  headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(call, timeout=remaining) as response:
+            return response.status, response.read(), ""
+    except urllib.error.HTTPError as error:
+        return error.code, error.read(), ""
+    except (urllib.error.URLError, socket.timeout, ConnectionError, TimeoutError) as error:
+        reason = getattr(error, "reason", error)
+        return None, b"", f"{type(reason).__name__}: {reason}"
 
 
 def _snippet(body: bytes, limit: int = 200) -> str:

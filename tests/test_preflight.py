@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ddtreed.config import from_mapping
-from ddtreed.context import parse_argv, service_context
+from ddtreed.context import service_context
 from ddtreed.host import LocalHost
 from ddtreed.preflight import CHECKS, run_preflight, would_crash
 

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import shlex
 from pathlib import Path
 
-import pytest
-
 from ddtreed.config import load
-from ddtreed.context import parse_argv, service_context
+from ddtreed.context import parse_argv
 from ddtreed.host import LocalHost
 from ddtreed.paths import shipped
 from ddtreed.preflight import CHECKS, run_preflight

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
-from typing import Any
+
+from ..health import request
 
 # Prometheus gauges SGLang exports with --enable-metrics; their sum is the service's load.
 _LOAD_GAUGES = re.compile(r"^sglang:num_(?:running|queue)_reqs(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
@@ -67,21 +65,3 @@ def service_load(base_url: str, deadline: float) -> int | None:
     except ValueError:
         return None
 
-
-def request(base_url: str, method: str, path: str, payload: Any,
-            deadline: float) -> tuple[int | None, bytes, str]:
-    """(HTTP status or None, body, error text); the timeout is what is left of the deadline."""
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        return None, b"", "deadline passed before the request"
-    data = None if payload is None else json.dumps(payload).encode()
-    call = urllib.request.Request(base_url.rstrip("/") + path, data=data, method=method,
-                                  headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(call, timeout=remaining) as response:
-            return response.status, response.read(), ""
-    except urllib.error.HTTPError as error:
-        return error.code, error.read(), ""
-    except (urllib.error.URLError, socket.timeout, ConnectionError, TimeoutError) as error:
-        reason = getattr(error, "reason", error)
-        return None, b"", f"{type(reason).__name__}: {reason}"

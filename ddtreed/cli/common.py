@@ -19,6 +19,17 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
+def positive_int(text: str) -> int:
+    """argparse type for counts (`--limit`, `--lines`, `--concurrency`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
 def add_state_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir", metavar="DIR", default=None,

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .common import CliError, print_json, table
+from .common import CliError, positive_int, print_json, table
 
 SUMMARY_CHARS = 100  # one table cell per host; --json has everything
 
@@ -22,11 +22,11 @@ def register(commands) -> None:
     common = _common_options()
     _add(sub, common, "status", "each host's daemon status", _status)
     incidents = _add(sub, common, "incidents", "all hosts' incidents in one table, newest first", _incidents)
-    incidents.add_argument("--limit", type=_positive, default=50, metavar="N", help="per host (default 50)")
+    incidents.add_argument("--limit", type=positive_int, default=50, metavar="N", help="per host (default 50)")
     diagnose = _add(sub, common, "diagnose", "diagnose a log file that lives on each host", _diagnose)
     diagnose.add_argument("logfile", metavar="LOGFILE", help="path on the remote hosts")
     logs = _add(sub, common, "logs", "tail of each host's service logs", _logs)
-    logs.add_argument("--lines", type=_positive, default=50, metavar="N", help="lines per file (default 50)")
+    logs.add_argument("--lines", type=positive_int, default=50, metavar="N", help="lines per file (default 50)")
     rules = sub.add_parser("rules", help="rule files on the hosts").add_subparsers(
         dest="rules_command", metavar="push", required=True)
     push = _add(rules, common, "push", "validate on each host, then swap in rule files and reload",
@@ -50,7 +50,7 @@ def _common_options() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="machine-readable JSON output")
     common.add_argument("--accept-new", action="store_true",
                         help="trust and record unknown host keys (never changed ones), like ssh accept-new")
-    common.add_argument("--concurrency", type=_positive, metavar="N",
+    common.add_argument("--concurrency", type=positive_int, metavar="N",
                         help="hosts at once (default: the inventory's, else 16)")
     common.add_argument("--deadline", type=float, metavar="SECONDS",
                         help="per-host deadline (default: the inventory's command_timeout_s)")
@@ -61,16 +61,6 @@ def _add(sub, common, name: str, summary: str, handler: Callable) -> argparse.Ar
     parser = sub.add_parser(name, parents=[common], help=summary, description=summary[0].upper() + summary[1:] + ".")
     parser.set_defaults(handler=handler)
     return parser
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 
 
 def _run(args: argparse.Namespace, job: Callable) -> Any:

@@ -9,7 +9,7 @@ import sys
 from ..incidents import Store, StoreError, database_path
 from ..incidents.views import TABLE_HEADERS, as_json, render_incident, table_rows
 from ..records import INCIDENT_STATUSES
-from .common import (CliError, add_config, add_json, add_state_dir, load_config, print_json,
+from .common import (CliError, add_config, add_json, add_state_dir, load_config, positive_int, print_json,
                      state_dir, table)
 
 __all__ = ["register", "render_incident"]
@@ -24,7 +24,7 @@ def register(commands) -> None:
     add_config(parser)
     add_json(parser)
     parser.add_argument("--status", choices=INCIDENT_STATUSES, help="only incidents in this status")
-    parser.add_argument("--limit", type=_positive, default=50, metavar="N",
+    parser.add_argument("--limit", type=positive_int, default=50, metavar="N",
                         help="at most N incidents (default 50)")
     parser.set_defaults(handler=_list)
     sub = parser.add_subparsers(dest="incidents_command", metavar="show")
@@ -40,16 +40,6 @@ def register(commands) -> None:
     show.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                       help="machine-readable JSON output")
     show.set_defaults(handler=_show)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 
 
 def _directory(args: argparse.Namespace) -> str:

@@ -54,15 +54,15 @@ def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.state_dir:
         config = config.with_state_dir(args.state_dir)
-    from ..logsetup import CURRENT_STDERR, configure
+    from ..host import write_atomic
+    from ..logsetup import configure
 
+    # stdout: journald under systemd (JSON), readable lines on a terminal
     configure(json_output=None if args.log_format is None else args.log_format == "json")
-    from ..daemon import Daemon
-
     daemon = _daemon(config)
     daemon.install_signal_handlers()
-    pid_file = Path(config.paths.state_dir) / "ddtreed.pid"
-    pid_file.write_text(f"{os.getpid()}\n")
+    pid_file = Path(config.paths.state_dir) / "ddtreed.pid"  # `fleet rules push` signals this pid
+    write_atomic(str(pid_file), f"{os.getpid()}\n".encode(), mode=0o644)
     try:
         return daemon.run()
     finally:
