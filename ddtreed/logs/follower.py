@@ -62,6 +62,8 @@ class Follower:
         self._min_read_interval_s = (MIN_READ_INTERVAL_S if min_read_interval_s is None
                                      else min_read_interval_s)
         self._next_read_at = 0.0  # monotonic; wait() holds a change back until then
+        # The last read, judged calm or not only when wait() needs it: a backlog never does.
+        self._unjudged: tuple[float, list[LogChunk]] | None = None
         self._backlog = False  # a read stopped at max_bytes_per_read with data left
         self._orphaned = False  # a followed file is open but gone from its path: poll it
         self._watcher = DirectoryWatch({s.path for s in self._sources})
@@ -80,7 +82,8 @@ class Follower:
                 # A file vanishing between stat and read is a race, not a failure: retry next time.
                 log.warning("log_read_failed", path=source.path, error=str(error))
                 self._close(source)
-        self._next_read_at = time.monotonic() + self._min_read_interval_s if self._calm(chunks) else 0.0
+        self._next_read_at = 0.0
+        self._unjudged = (time.monotonic(), chunks) if self._maybe_calm(chunks) else None
         return chunks
 
     def wait(self, timeout: float) -> bool:
@@ -88,6 +91,7 @@ class Follower:
         deadline = time.monotonic() + max(0.0, timeout)
         if self._backlog:
             return True
+        self._judge()
         self._hold_off(deadline)
         while True:
             if self._has_unread():
@@ -122,13 +126,20 @@ class Follower:
 
     # --- pacing -----------------------------------------------------------------------------
 
-    def _calm(self, chunks: list[LogChunk]) -> bool:
-        """Only complete timestamped lines read: nothing of a crash is in flight."""
+    def _maybe_calm(self, chunks: list[LogChunk]) -> bool:
+        """The cheap half of "only complete timestamped lines read": lines, none unfinished."""
         if not chunks or self._min_read_interval_s <= 0:
             return False
-        if any(source.partial or source.discarding for source in self._sources):
-            return False
-        return not any(_UNTAGGED.search(chunk.text) for chunk in chunks)
+        return not any(source.partial or source.discarding for source in self._sources)
+
+    def _judge(self) -> None:
+        """The last read was calm (nothing of a crash in flight): hold the next one back."""
+        if self._unjudged is None:
+            return
+        read_at, chunks = self._unjudged
+        self._unjudged = None
+        if not any(_UNTAGGED.search(chunk.text) for chunk in chunks):
+            self._next_read_at = read_at + self._min_read_interval_s
 
     def _hold_off(self, deadline: float) -> None:
         """After a calm read, sleep until `_next_read_at` without watching: a flood then costs

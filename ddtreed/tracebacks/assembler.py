@@ -61,7 +61,7 @@ class Assembler:
         if state is None:
             state = self._states[chunk.source] = _SourceState()
         text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
-        if not state.busy and not _may_matter(text):
+        if not state.busy and not _may_matter(chunk, text):
             return  # the fast path: a few C-level scans, no per-line work
         previous = -1
         for index in _interesting_lines(text):
@@ -314,9 +314,18 @@ class Assembler:
         group.add_crash(crash)
 
 
-def _may_matter(text: str) -> bool:
-    if text[:1] != "[" or not text[1:2].isdigit() or grammar.UNTAGGED.search(text):
+def _may_matter(chunk: LogChunk, text: str) -> bool:
+    """False only when no line of the chunk can need per-line work; may say True needlessly."""
+    if chunk.text is not None:
+        # The follower's lines are `text.split("\n")`: every line starts like `[2026-…` exactly
+        # when the smallest and largest of them lie between "[0" and "[:" (C-level compares).
+        lines = chunk.lines
+        if not lines or min(lines) < "[0" or max(lines) >= "[:":
+            return True
+    elif text[:1] != "[" or not text[1:2].isdigit() or grammar.UNTAGGED.search(text):
         return True
+    if not any(sentinel in text for sentinel in grammar.NEEDLE_SENTINELS):
+        return False
     return any(needle in text for needle in grammar.TAGGED_NEEDLES)
 
 

@@ -50,6 +50,12 @@ TAGGED_NEEDLES = (
     "died during initialization (exit code:",
     "atchdog timeout (self.watchdog_timeout=",
 )
+# Letters that decode/prefill progress lines and their `[2026-… DP0 TP3]` prefix never hold: for
+# each needle the first of them it contains (its own first letter failing that). A chunk without
+# any sentinel cannot hold a needle, and one memchr per sentinel is ~30x cheaper than the needles.
+_RARE = "mxzjqvyIK"
+NEEDLE_SENTINELS = tuple(sorted({next((c for c in _RARE if c in needle), needle[0])
+                                 for needle in TAGGED_NEEDLES}))
 # A line that does not start like `[2026-…`: continuation lines, frames, device asserts, C++
 # aborts, NCCL `[rank3]:` lines, Ray-prefixed lines.
 UNTAGGED = re.compile(r"\n(?!\[\d)")
