@@ -7,21 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from supervision_helpers import wait_for  # one poll-with-deadline for every test (tests/ is on sys.path)
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def wait_for(condition, timeout: float, interval: float = 0.02, what: str = "condition"):
-    """Poll `condition` until truthy (returned); AssertionError naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class DaemonProcess:
