@@ -29,7 +29,7 @@ from .notify import Notifier
 from .paths import shipped
 from .preflight_gate import PreflightGate
 from .records import Application, Crash, ExitStatus, ServiceContext
-from .remediation import Engine, load_remediations
+from .remediation import ApplyError, Engine, load_remediations
 from .restart import RestartBudget
 from .rules import load_rules
 from .status import DaemonStatus, StatusBoard, read_status
@@ -272,7 +272,12 @@ class Daemon:
             self.store.add_step(incident_id, "skipped", f"{remediation_id}: {plan.reason}")
             return None
         self._set_state("remediating", f"incident {incident_id}: applying {remediation_id}")
-        application = self.engine.apply(plan, incident_id=incident_id)
+        try:
+            application = self.engine.apply(plan, incident_id=incident_id)
+        except (ApplyError, OSError) as error:  # refused at write time, or no room for the backup
+            self.store.add_step(incident_id, "apply-failed", f"{remediation_id}: {error}")
+            log.error("remediation_apply_failed", remediation=remediation_id, error=str(error))
+            return None
         self.store.record_application(incident_id, application)
         self.store.set_remediation(incident_id, remediation_id, application.application_id)
         self.store.add_step(incident_id, "applied", application.summary,
