@@ -20,6 +20,10 @@ def register(commands) -> None:
     add_json(diagnose)
     diagnose.add_argument("--explain", action="store_true",
                           help="show how each signature was built and why each rule matched or not")
+    diagnose.add_argument(
+        "--state-dir", metavar="DIR", default=None,
+        help="a daemon's state dir: also say whether it has seen each signature before and whether "
+             "auto-remediation is frozen for it (then the daemon would not remediate)")
     _add_rules_dir(diagnose)
     diagnose.set_defaults(handler=run_diagnose)
 
@@ -110,15 +114,53 @@ def run_diagnose(args: argparse.Namespace) -> int:
     context = _quietly(_context, config)
     for path in args.logfiles:
         _read_lines(path)  # fail on a missing file before printing anything for it
+    # Like the other commands, --config also names the state dir; with neither there is no history.
+    history = _history(args.state_dir or (config.paths.state_dir if config is not None else None))
     for path in args.logfiles:
         diagnoses = _quietly(diagnose_file, path, rules, context)
         if args.json:
-            print_json({"path": path, "incidents": [incident_dict(d) for d in diagnoses]})
+            incidents = [{**incident_dict(d), **history(d.signature.fingerprint)} for d in diagnoses]
+            print_json({"path": path, "incidents": incidents})
             continue
         print(f"{path}: {len(diagnoses)} incident(s)" + ("" if context else " (no --config: category-level diagnosis)"))
         for number, diagnosis in enumerate(diagnoses, 1):
             print("\n".join(incident_text(number, diagnosis, args.explain)))
+            print("\n".join(_history_text(history(diagnosis.signature.fingerprint))))
     return 0
+
+
+def _history(state_dir: str | None):
+    """fingerprint -> {"frozen", "previous_incidents"} from a daemon's incident store (read only)."""
+    if state_dir is None:
+        return lambda fingerprint: {}
+    from ..incidents import Store, StoreError, database_path
+
+    try:
+        store = Store(database_path(state_dir), create=False)
+    except StoreError as error:
+        if error.reason == "missing":  # nothing recorded yet: nothing seen, nothing frozen
+            return lambda fingerprint: {"frozen": False, "previous_incidents": []}
+        raise CliError(str(error)) from None
+
+    def lookup(fingerprint: str) -> dict:
+        previous = store.find_recent(fingerprint, limit=20)
+        return {"frozen": store.is_frozen(fingerprint),
+                "previous_incidents": [{"id": row["id"], "status": row["status"]} for row in previous]}
+
+    return lookup
+
+
+def _history_text(seen: dict) -> list[str]:
+    if not seen:
+        return []
+    lines = []
+    if seen["previous_incidents"]:
+        ids = ", ".join(f"{row['id']} ({row['status']})" for row in seen["previous_incidents"])
+        lines.append(f"   seen before: incidents {ids}")
+    if seen["frozen"]:
+        lines.append("   auto-remediation is FROZEN for this signature: the daemon would not remediate "
+                     "(ddtreed remediate unfreeze SIGNATURE)")
+    return lines
 
 
 def run_list(args: argparse.Namespace) -> int:
