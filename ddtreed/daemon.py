@@ -20,19 +20,20 @@ from .config import Config, ConfigError, load
 from .canary import Canary, PeriodicCanary, canary_crash
 from .health import MilestoneTracker, Prober
 from .host import Host, LocalHost
-from .incidents import Store, StoreError, database_path
-from ._proctree import token_holders
-from .launch import CHILD_NAME_PATTERNS, Supervisor
+from .incidents import Store, database_path
+from .incidents.durable import DurableStore
+from .launch import Supervisor
 from .logsetup import incident_context
 from .metrics import start_metrics
 from .notify import Notifier
 from .paths import shipped
 from .preflight_gate import PreflightGate
+from .recovery import recover, verified_launch
 from .records import Application, Crash, ExitStatus, ServiceContext
 from .remediation import ApplyError, Engine, load_remediations
 from .restart import RestartBudget
 from .rules import load_rules
-from .status import DaemonStatus, StatusBoard, read_status
+from .status import DaemonStatus, StatusBoard
 from .tracebacks import Assembler
 from .verify import Verdict, Verifier, flatten
 
@@ -42,8 +43,6 @@ EXIT_OK = 0
 EXIT_GAVE_UP = 3
 DRAIN_QUIET_S = 0.2  # after the service exits, its logs are complete once this long quiet
 DRAIN_MAX_S = 3.0  # ...or after this long at most (a remote tail can lag)
-STORE_RETRY_INITIAL_S = 1.0
-STORE_RETRY_MAX_S = 30.0
 
 
 class Stopping(Exception):
@@ -70,7 +69,7 @@ class Daemon:
         host = host or LocalHost()
         self.host = host
         self.raw_store = store or Store(database_path(config.paths.state_dir))
-        self.store = DurableStore(self.raw_store, self)  # a full disk waits, it does not kill the loop
+        self.store = DurableStore(self.raw_store, self._sleep)  # a full disk waits, it does not kill the loop
         # unset: the SGLang tree must not inherit NOTIFY_SOCKET / WATCHDOG_* and talk to systemd
         self.notifier = notifier or Notifier.from_environment(unset=True)
         self.stop_after_incident = stop_after_incident  # demo and tests: one incident, then stop
@@ -81,7 +80,9 @@ class Daemon:
         self.engine = Engine(self.host, config.paths.state_dir, self.catalog)
         self.argv = list(config.service.argv)
         self.env = dict(config.service.env)
-        self._adopt_verified_launch()
+        kept = verified_launch(self.engine, self.store)
+        if kept is not None:  # a verified flag/env fix outlives ddtreed
+            self.argv, self.env = list(kept.argv), dict(kept.env)
         self.budget = RestartBudget.from_policy(config.policy)
         self._status_write_failed = False
         self.board = _status_board(config, self.notifier)
@@ -142,7 +143,7 @@ class Daemon:
         """Supervise until SIGTERM (exit 0) or until the restart budget is spent (exit 3)."""
         self.notifier.ready(status="ddtreed up; launching the service")  # systemd must not wait for a 10-minute load
         self.metrics = start_metrics(self.config.metrics.listen, self._metrics_snapshot)
-        self._recover()
+        recover(self.engine, self.store, self.host, self.config.paths.state_dir)
         try:
             PreflightGate(self).run()
             if not self._start_service():
@@ -342,79 +343,6 @@ class Daemon:
             self.argv, self.env = list(application.launch.argv), dict(application.launch.env)
         self.context = self._context()
 
-    # ---- after a ddtreed crash: back to a known configuration -----------------------------
-
-    def _recover(self) -> None:
-        """Finish or undo what a killed ddtreed left half-done, then drop fixes it never verified.
-
-        The service must start in a known configuration: the last verified one. A fix that was
-        applied but not yet verified when ddtreed died is reverted; if the crash comes back, the
-        loop applies it again and verifies it this time.
-        """
-        for done in self.engine.reconcile():
-            log.warning("reconciled", detail=str(done))
-            if getattr(done, "incident_id", None) is not None:
-                # A finished apply is still unverified: the sweep below reverts it. A verified fix
-                # undone from outside (a reinstall) stays "verified" in the incident store: if its
-                # crash comes back, that is a recurrence (revert, freeze, escalate).
-                self._note_recovery(done.incident_id, str(done), done.application_id,
-                                    reverted=done.action in ("undid-apply", "finished-revert"))
-        self._stop_leftover_service()
-        statuses = {row["application_id"]: row["status"] for row in self.store.applications()}
-        for entry in self.engine.history():
-            unverified = statuses.get(entry["application_id"]) not in ("verified", "reverted")
-            if entry["status"] == "applied" and entry.get("incident_id") is not None and unverified:
-                self.engine.revert(entry["application_id"])
-                self._note_recovery(entry["incident_id"], f"reverted {entry['remediation_id']}: applied "
-                                    "but not verified when ddtreed stopped", entry["application_id"])
-
-        for incident in self.store.list_incidents(limit=100, status="open"):
-            steps = {step["step"] for step in self.store.get(incident["id"])["steps"]}
-            if "not-remediated" not in steps:  # open because ddtreed died, not by decision
-                self._note_recovery(incident["id"], "ddtreed stopped before this incident closed; "
-                                    "the service starts in its last verified configuration", None)
-
-    def _stop_leftover_service(self) -> None:
-        """A ddtreed killed outside systemd leaves its service running: that tree goes first."""
-        try:
-            previous = read_status(self.config.paths.state_dir)
-        except ValueError as error:  # an unreadable snapshot: nothing to learn from it
-            log.warning("previous_status_unreadable", error=str(error))
-            return
-        if previous is None or previous.service_pid is None or not previous.service_token:
-            return
-        if not isinstance(self.host, LocalHost) or not token_holders(previous.service_token):
-            return  # gone already (or pid reused by a stranger: no process carries the token)
-        killed = self.host.sweep_session(previous.service_pid, CHILD_NAME_PATTERNS,
-                                          token=previous.service_token)
-        if killed:
-            log.warning("leftover_service_stopped", pids=killed, previous_daemon_pid=previous.pid,
-                        hint="the previous ddtreed died without stopping its service")
-
-    def _note_recovery(self, incident_id: int, sentence: str, application_id: str | None,
-                       reverted: bool = True) -> None:
-        """Say in the incident what recovery did; an incident left open by the kill is closed."""
-        try:
-            self.store.add_step(incident_id, "reconciled", sentence)
-            known = {row["application_id"] for row in self.store.applications()}
-            if reverted and application_id in known:
-                self.store.mark_application(application_id, "reverted")
-            if self.store.get(incident_id)["status"] == "open":
-                self.store.finish(incident_id, "reverted", f"ddtreed stopped mid-remediation; {sentence}")
-        except StoreError as error:  # an incident the database no longer has: the log line stays
-            log.warning("recovery_not_recorded", incident_id=incident_id, error=str(error))
-
-    def _adopt_verified_launch(self) -> None:
-        """A verified flag/env fix outlives ddtreed: relaunch with it, not with the config's argv."""
-        verified = {row["application_id"] for row in self.store.applications("verified")}
-        launches = [application for application in self.engine.status()
-                    if application.launch is not None and application.application_id in verified]
-        if launches:
-            newest = max(launches, key=lambda application: application.applied_at)
-            self.argv, self.env = list(newest.launch.argv), dict(newest.launch.env)
-            log.info("verified_launch_adopted", remediation=newest.remediation_id,
-                     application_id=newest.application_id)
-
     def _remember_degraded(self, application: Application) -> None:
         """A flag step of a degradation ladder is remembered, so `status` shows it and promote can undo it."""
         if application.kind == "patch":
@@ -601,39 +529,6 @@ def _status_board(config: Config, notifier: Notifier) -> StatusBoard:
         log.error("status_write_failed", error=str(error), hint="the state dir is full or read-only")
         return StatusBoard(config.paths.state_dir, DaemonStatus(pid=os.getpid(), state="starting",
                                                                 config=config.source), notifier.status)
-
-
-class DurableStore:
-    """The incident store, with writes that wait out a full disk or a lock instead of failing.
-
-    A retryable StoreError (disk full, database locked, I/O) is logged once per streak and the call
-    retried with backoff while the daemon still answers signals and the watchdog; anything else
-    is raised. Nothing already recorded is lost: each call is one transaction.
-    """
-
-    def __init__(self, store: Store, daemon: "Daemon"):
-        self._store = store
-        self._daemon = daemon
-
-    def __getattr__(self, name: str):
-        method = getattr(self._store, name)
-        if not callable(method):
-            return method
-
-        def durable(*args, **kwargs):
-            delay = STORE_RETRY_INITIAL_S
-            while True:
-                try:
-                    return method(*args, **kwargs)
-                except StoreError as error:
-                    if not error.retryable:
-                        raise
-                    log.error("store_write_failed", call=name, error=str(error), retry_in_s=delay,
-                              hint="free space in the state dir (or release the lock); ddtreed retries")
-                    self._daemon._sleep(delay)
-                    delay = min(delay * 2, STORE_RETRY_MAX_S)
-
-        return durable
 
 
 def _canary(store: Store, config: Config):

@@ -1,0 +1,89 @@
+"""Back to a known configuration after ddtreed itself died: the first thing a daemon does.
+
+The service must start in its last verified configuration. What a killed ddtreed left half-done
+is finished or undone (the remediation journal), fixes it had applied but not yet verified are
+reverted, its service tree (found by the environment token) is stopped, and incidents it left
+open are closed, each with a `reconciled` step saying what happened.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from ._proctree import token_holders
+from .host import Host, LocalHost
+from .incidents import StoreError
+from .launch import CHILD_NAME_PATTERNS
+from .records import LaunchChange
+from .remediation import Engine
+from .status import read_status
+
+log = structlog.get_logger(__name__)
+
+
+def recover(engine: Engine, store, host: Host, state_dir: str) -> None:
+    """Reconcile the journal, stop a leftover service, revert unverified fixes, close incidents."""
+    for done in engine.reconcile():
+        log.warning("reconciled", detail=str(done))
+        if getattr(done, "incident_id", None) is not None:
+            # A finished apply is still unverified: the sweep below reverts it. A verified fix
+            # undone from outside (a reinstall) stays "verified" in the incident store: if its
+            # crash comes back, that is a recurrence (revert, freeze, escalate).
+            _note(store, done.incident_id, str(done), done.application_id,
+                  reverted=done.action in ("undid-apply", "finished-revert"))
+    stop_leftover_service(host, state_dir)
+    statuses = {row["application_id"]: row["status"] for row in store.applications()}
+    for entry in engine.history():
+        unverified = statuses.get(entry["application_id"]) not in ("verified", "reverted")
+        if entry["status"] == "applied" and entry.get("incident_id") is not None and unverified:
+            engine.revert(entry["application_id"])
+            _note(store, entry["incident_id"], f"reverted {entry['remediation_id']}: applied but not "
+                  "verified when ddtreed stopped", entry["application_id"])
+    for incident in store.list_incidents(limit=100, status="open"):
+        steps = {step["step"] for step in store.get(incident["id"])["steps"]}
+        if "not-remediated" not in steps:  # open because ddtreed died, not by decision
+            _note(store, incident["id"], "ddtreed stopped before this incident closed; the service "
+                  "starts in its last verified configuration", None)
+
+
+def verified_launch(engine: Engine, store) -> LaunchChange | None:
+    """The newest verified flag/env fix: it outlives ddtreed, so the service relaunches with it."""
+    verified = {row["application_id"] for row in store.applications("verified")}
+    launches = [application for application in engine.status()
+                if application.launch is not None and application.application_id in verified]
+    if not launches:
+        return None
+    newest = max(launches, key=lambda application: application.applied_at)
+    log.info("verified_launch_adopted", remediation=newest.remediation_id,
+             application_id=newest.application_id)
+    return newest.launch
+
+
+def stop_leftover_service(host: Host, state_dir: str) -> None:
+    """A ddtreed killed outside systemd leaves its service running: that tree goes first."""
+    try:
+        previous = read_status(state_dir)
+    except ValueError as error:  # an unreadable snapshot: nothing to learn from it
+        log.warning("previous_status_unreadable", error=str(error))
+        return
+    if previous is None or previous.service_pid is None or not previous.service_token:
+        return
+    if not isinstance(host, LocalHost) or not token_holders(previous.service_token):
+        return  # gone already (or the pid reused by a stranger: no process carries the token)
+    killed = host.sweep_session(previous.service_pid, CHILD_NAME_PATTERNS, token=previous.service_token)
+    if killed:
+        log.warning("leftover_service_stopped", pids=killed, previous_daemon_pid=previous.pid,
+                    hint="the previous ddtreed died without stopping its service")
+
+
+def _note(store, incident_id: int, sentence: str, application_id: str | None, reverted: bool = True) -> None:
+    """Say in the incident what recovery did; an incident left open by the kill is closed."""
+    try:
+        store.add_step(incident_id, "reconciled", sentence)
+        known = {row["application_id"] for row in store.applications()}
+        if reverted and application_id in known:
+            store.mark_application(application_id, "reverted")
+        if store.get(incident_id)["status"] == "open":
+            store.finish(incident_id, "reverted", f"ddtreed stopped mid-remediation; {sentence}")
+    except StoreError as error:  # an incident the database no longer has: the log line stays
+        log.warning("recovery_not_recorded", incident_id=incident_id, error=str(error))
