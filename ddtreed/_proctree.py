@@ -92,29 +92,24 @@ def gpu_holders(pids: list[int] | None) -> list[int]:
     return sorted(pid for pid in holders if wanted is None or pid in wanted)
 
 
-def rotate_file(path: str, backups: int, over_bytes: int | None, copy_truncate: bool) -> bool:
-    """path -> path.1 -> … -> path.N; copy_truncate keeps the inode a running writer appends to."""
-    try:
-        size = os.stat(path).st_size
-    except FileNotFoundError:
-        return False
-    if size == 0 or (over_bytes is not None and size <= over_bytes):
-        return False
-    if backups <= 0:
-        os.truncate(path, 0) if copy_truncate else os.unlink(path)
-        return True
-    for index in range(backups - 1, 0, -1):
-        older = f"{path}.{index}"
-        if os.path.exists(older):
-            os.replace(older, f"{path}.{index + 1}")
-    if copy_truncate:
-        # Lines written between the copy and the truncate are lost: the price of not owning
-        # the writer's file descriptor. The writer opened the file O_APPEND, so it continues at 0.
-        shutil.copyfile(path, f"{path}.1")
+class LocalFiles:
+    """The rotation's file operations on this machine."""
+
+    @staticmethod
+    def size(path: str) -> int | None:
+        try:
+            return os.stat(path).st_size
+        except FileNotFoundError:
+            return None
+
+    exists = staticmethod(os.path.exists)
+    rename = staticmethod(os.replace)
+    copy = staticmethod(shutil.copyfile)
+    remove = staticmethod(os.unlink)
+
+    @staticmethod
+    def truncate(path: str) -> None:
         os.truncate(path, 0)
-    else:
-        os.replace(path, f"{path}.1")
-    return True
 
 
 def _session_of(pid: int) -> int | None:

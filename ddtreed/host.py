@@ -196,8 +196,9 @@ class LocalHost:
     def rotate_file(self, path: str, backups: int, over_bytes: int | None = None,
                     copy_truncate: bool = False) -> bool:
         from . import _proctree
+        from .rotation import rotate
 
-        return _proctree.rotate_file(path, backups, over_bytes, copy_truncate)
+        return rotate(_proctree.LocalFiles, path, backups, over_bytes, copy_truncate)
 
     def open_follower(self, paths: list[str]) -> "FollowerLike":
         from .logs import Follower  # lazily: the follower pulls in watchdog

@@ -13,6 +13,7 @@ import structlog
 
 from ..host import CommandResult
 from ..records import ExitStatus
+from ..rotation import rotate
 from . import remote_procs
 from .follower import RemoteFollower
 from .inventory import HostEntry
@@ -240,27 +241,8 @@ class SshHost:
 
     def rotate_file(self, path: str, backups: int, over_bytes: int | None = None,
                     copy_truncate: bool = False) -> bool:
-        """path -> path.1 -> … -> path.N over SFTP; copy_truncate keeps the writer's inode."""
-        sftp = self._connection.sftp()
-        try:
-            size = sftp.stat(path).st_size or 0
-        except FileNotFoundError:
-            return False
-        if size == 0 or (over_bytes is not None and size <= over_bytes):
-            return False
-        if backups <= 0:
-            sftp.truncate(path, 0) if copy_truncate else sftp.remove(path)
-            return True
-        for index in range(backups - 1, 0, -1):
-            if self.exists(f"{path}.{index}"):
-                sftp.posix_rename(f"{path}.{index}", f"{path}.{index + 1}")
-        if copy_truncate:
-            # Lines written between the copy and the truncate are lost, as with LocalHost.
-            self._checked(["cp", "--", path, f"{path}.1"])
-            sftp.truncate(path, 0)
-        else:
-            sftp.posix_rename(path, f"{path}.1")
-        return True
+        """path -> path.1 -> … -> path.N over SFTP (ddtreed/rotation.py has the algorithm)."""
+        return rotate(_SftpFiles(self), path, backups, over_bytes, copy_truncate)
 
     def gpu_holders(self, pids: list[int] | None = None) -> list[int]:
         result = self.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], POLL_TIMEOUT_S)
@@ -288,3 +270,32 @@ def _remote_env(env: dict[str, str]) -> dict[str, str]:
 
 def _env_assignments(env: dict[str, str]) -> list[str]:
     return [f"{key}={value}" for key, value in sorted(env.items()) if key and "=" not in key]
+
+
+class _SftpFiles:
+    """The rotation's file operations on the remote host: SFTP, and `cp` for the copy."""
+
+    def __init__(self, host: SshHost):
+        self._host = host
+        self._sftp = host._connection.sftp()
+
+    def size(self, path: str) -> int | None:
+        try:
+            return self._sftp.stat(path).st_size or 0
+        except FileNotFoundError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        return self._host.exists(path)
+
+    def rename(self, source: str, target: str) -> None:
+        self._sftp.posix_rename(source, target)
+
+    def copy(self, source: str, target: str) -> None:
+        self._host._checked(["cp", "--", source, target])
+
+    def truncate(self, path: str) -> None:
+        self._sftp.truncate(path, 0)
+
+    def remove(self, path: str) -> None:
+        self._sftp.remove(path)
