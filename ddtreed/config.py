@@ -121,17 +121,21 @@ _SECTIONS = {
 def load(path: str | os.PathLike[str]) -> Config:
     """Read and validate a config file; raise ConfigError naming the file and key."""
     path = Path(path)
+    return from_mapping(read_toml(path, ConfigError, "config"), source=str(path), base_dir=path.parent)
+
+
+def read_toml(path: Path, error: type[Exception], what: str) -> dict[str, Any]:
+    """A TOML file as a table, or `error` with one line naming the file (config, inventory)."""
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read: {error.strerror}") from None
+        raise error(f"{path}: no such {what} file") from None
+    except OSError as problem:
+        raise error(f"{path}: cannot read: {problem.strerror}") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: invalid TOML: {error}") from None
-    return from_mapping(raw, source=str(path), base_dir=path.parent)
+        raise error(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as problem:
+        raise error(f"{path}: invalid TOML: {problem}") from None
 
 
 def from_mapping(raw: dict[str, Any], source: str = "<memory>", base_dir: Path | None = None) -> Config:

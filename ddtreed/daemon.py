@@ -177,9 +177,9 @@ class Daemon:
                 return flatten(groups), self.supervisor.poll()
             exit_status = self.supervisor.poll()
             if exit_status is not None:
-                return self._collect_after_exit(exit_status), exit_status
+                return self.drain_logs(), exit_status
             if self.periodic_canary is not None and self.periodic_canary.due():
-                result = self.periodic_canary.run_if_due(self._prober(), self.context)
+                result = self.periodic_canary.run_if_due(self.prober(), self.context)
                 if result is not None:
                     self._show_canary(result)
                     if result.category is not None:  # silent corruption or collapse: an incident
@@ -192,7 +192,7 @@ class Daemon:
         if self.canary is None:
             return verdict
         self.context = self._context()  # a ladder step changed the algorithm or budget
-        result = self.canary.check(self._prober(), self.context)
+        result = self.canary.check(self.prober(), self.context)
         self.periodic_canary.reset()
         self._show_canary(result)
         if result.passed:
@@ -206,7 +206,7 @@ class Daemon:
     def _show_canary(self, result) -> None:
         self._publish(canary={"last_run_at": result.at, "passed": result.passed, "detail": result.detail})
 
-    def _prober(self) -> Prober:
+    def prober(self) -> Prober:
         return Prober(self.host.http_base_url(self.config.service.host, self.context.port))
 
     # ---- one incident -----------------------------------------------------------------------
@@ -224,7 +224,7 @@ class Daemon:
             detected_at=min((c.detected_at for c in crashes if c.detected_at), default=None))
         with incident_context(incident_id):
             self._stop_service("crash")
-            late = self._drain_after_exit()
+            late = self.drain_logs()
             if late:  # other ranks finished their tracebacks while the tree went down
                 crashes = crashes + late
                 diagnosis = self.rules.diagnose(crashes, self.context)
@@ -450,11 +450,7 @@ class Daemon:
                 self._set_state(self.board.current.state, self.milestones.progress_text())
         return self.assembler.take(time.time())
 
-    def _collect_after_exit(self, exit_status: ExitStatus) -> tuple[Crash, ...]:
-        """The service is gone: read what it printed last, then flush the assembler."""
-        return self._drain_after_exit()
-
-    def _drain_after_exit(self) -> tuple[Crash, ...]:
+    def drain_logs(self) -> tuple[Crash, ...]:
         """Read until the logs stay quiet (nothing more can come), then take every pending crash.
 
         No settle window: the process that wrote them has exited, so waiting cannot complete a

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 import structlog
 
 from .config import ProbeConfig
-from .health import Prober
 from .records import Crash, ExitStatus, HealthResult
 
 
@@ -69,7 +68,7 @@ class Verifier:
         started = time.monotonic()
         deadline = started + self.probe.startup_timeout_s
         next_progress = started + PROGRESS_EVERY_S
-        prober = self._prober()
+        prober = self.daemon.prober()
         next_health_probe = started + 2.0
         while time.monotonic() < deadline:
             groups = daemon.pump(self.probe.poll_interval_s)
@@ -78,7 +77,7 @@ class Verifier:
                                stage="startup")
             exit_status = daemon.supervisor.poll()
             if exit_status is not None:
-                crashes = daemon._collect_after_exit(exit_status)
+                crashes = daemon.drain_logs()
                 return Verdict(False, f"service {exit_status.describe()} during startup", crashes, exit_status,
                                stage="startup")
             if daemon.milestones.ready:
@@ -95,11 +94,11 @@ class Verifier:
         return Verdict(False, f"not ready within {self.probe.startup_timeout_s:.0f}s", stage="startup")
 
     def _health(self) -> Verdict:
-        result = self._prober().health(time.monotonic() + self.probe.health_timeout_s)
+        result = self.daemon.prober().health(time.monotonic() + self.probe.health_timeout_s)
         return self._from_probe(result)
 
     def _generate(self) -> Verdict:
-        result = self._prober().generate(self.probe.generate_prompt, self.probe.generate_max_new_tokens,
+        result = self.daemon.prober().generate(self.probe.generate_prompt, self.probe.generate_max_new_tokens,
                                          time.monotonic() + self.probe.generate_timeout_s)
         return self._from_probe(result)
 
@@ -132,16 +131,13 @@ class Verifier:
             exit_status = daemon.supervisor.poll()
             if exit_status is not None:
                 return Verdict(False, f"service {exit_status.describe()} within the verification window",
-                               daemon._collect_after_exit(exit_status), exit_status, stage="window")
+                               daemon.drain_logs(), exit_status, stage="window")
         return verdict
 
     def _canary(self, verdict: Verdict) -> Verdict:
         return self.daemon.canary_check(verdict)
 
     # ---- helpers ----
-
-    def _prober(self) -> Prober:
-        return self.daemon._prober()
 
     def _from_probe(self, result: HealthResult) -> Verdict:
         if result.ok:
@@ -155,7 +151,7 @@ class Verifier:
                 break
         exit_status = daemon.supervisor.poll()
         if not groups and exit_status is not None:
-            groups = [daemon._collect_after_exit(exit_status)]
+            groups = [daemon.drain_logs()]
         crashes = flatten(groups)
         return Verdict(False, f"{result.stage} probe failed: {result.detail}", crashes, exit_status,
                        stage=result.stage)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from ..config import read_toml
 
 
 class InventoryError(ValueError):
@@ -79,14 +80,7 @@ _PUBLIC = [f.name for f in fields(HostEntry) if not f.name.startswith("default_"
 def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     """Read and validate an inventory file; raise InventoryError naming the file, host and key."""
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InventoryError(f"{path}: no such inventory file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InventoryError(f"{path}: cannot read: {error}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise InventoryError(f"{path}: invalid TOML: {error}") from None
+    raw = read_toml(path, InventoryError, "inventory")
     return from_mapping(raw, source=str(path), base_dir=path.parent)
 
 
