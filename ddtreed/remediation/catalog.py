@@ -165,15 +165,21 @@ def parse_range(text: str) -> VersionRange:
     return VersionRange(text, tuple(bounds))
 
 
-def _layout(file: _File, raw: Any, index: int) -> Layout:
-    where = f"layouts[{index}]"
-    line = file.line_of("name", "layouts", index)
+def _entry(file: _File, raw: Any, table: str, index: int, first: str, known: set[str]) -> tuple[str, int]:
+    """(`table[index]`, its line) after checking the entry is a table with only known keys."""
+    where = f"{table}[{index}]"
+    line = file.line_of(first, table, index)
     if not isinstance(raw, dict):
         raise file.error(line, where, "must be a table")
-    unknown = sorted(set(raw) - _LAYOUT)
+    unknown = sorted(set(raw) - known)
     if unknown:
-        raise file.error(file.line_of(unknown[0], "layouts", index), f"{where}.{unknown[0]}",
-                         f"unknown key (known: {', '.join(sorted(_LAYOUT))})")
+        raise file.error(file.line_of(unknown[0], table, index), f"{where}.{unknown[0]}",
+                         f"unknown key (known: {', '.join(sorted(known))})")
+    return where, line
+
+
+def _layout(file: _File, raw: Any, index: int) -> Layout:
+    where, line = _entry(file, raw, "layouts", index, "name", _LAYOUT)
 
     def text(key: str, required: bool = True) -> str:
         return _string(file, raw, key, f"{where}.{key}", file.line_of(key, "layouts", index), required)
@@ -210,14 +216,7 @@ def _number(file: _File, raw: dict, key: str, where: str, line: int) -> float | 
 
 
 def _operation(file: _File, raw: Any, index: int) -> Operation:
-    where = f"operations[{index}]"
-    line = file.line_of("action", "operations", index)
-    if not isinstance(raw, dict):
-        raise file.error(line, where, "must be a table")
-    unknown = sorted(set(raw) - _OPERATION)
-    if unknown:
-        raise file.error(file.line_of(unknown[0], "operations", index), f"{where}.{unknown[0]}",
-                         f"unknown key (known: {', '.join(sorted(_OPERATION))})")
+    where, line = _entry(file, raw, "operations", index, "action", _OPERATION)
     action = raw.get("action")
     if action not in ACTIONS:
         raise file.error(line, f"{where}.action", f"must be one of {', '.join(ACTIONS)}, got {action!r}")
