@@ -31,7 +31,7 @@ def make_config(tmp_path: Path, argv: list[str], port: int | None = None, grace_
     })
 
 
-def wait_for(condition, timeout: float, interval: float = 0.02, what: str = "condition"):
+def wait_for(condition, timeout: float = 10.0, interval: float = 0.02, what: str = "condition"):
     """Poll `condition` until it returns something truthy; fail the test at the deadline."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -21,6 +21,7 @@ from ddtreed.host import port_in_use
 from ddtreed.paths import shipped
 from ddtreed.status import read_status
 from tests.daemon_helpers import ROOT
+from supervision_helpers import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -35,16 +36,6 @@ diagnosis = "An operator rule matched."
 [rule.match]
 exception = ["OperatorTestError"]
 '''
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"no {what} within {timeout}s")
 
 
 class RunningDaemon:
@@ -79,7 +70,7 @@ class RunningDaemon:
 
     def wait_event(self, name: str, count: int = 1, timeout: float = 20.0) -> dict:
         return wait_for(lambda: len(self.events(name)) >= count and self.events(name)[count - 1],
-                        timeout, f"{name!r} event #{count} in {self.log}")
+                        timeout, what=f"{name!r} event #{count} in {self.log}")
 
     def signal(self, signum: int) -> None:
         os.kill(self.process.pid, signum)
@@ -95,7 +86,7 @@ def daemon(tmp_path_factory):
     running = RunningDaemon(tmp_path_factory.mktemp("run"))
     try:
         wait_for(lambda: (s := read_status(running.state_dir)) and s.state == "running" and s,
-                 90, "state running in daemon-state.json")
+                 90, what="state running in daemon-state.json")
         yield running
     finally:
         running.kill()
@@ -148,7 +139,7 @@ def test_sigterm_stops_the_service_tree_and_exits_0(daemon):
     daemon.signal(signal.SIGTERM)
     assert daemon.process.wait(30) == 0
     wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree),
-             10, "the service tree to be gone")
+             10, what="the service tree to be gone")
     assert not port_in_use("127.0.0.1", daemon.port)
     assert not (daemon.state_dir / "ddtreed.pid").exists()
     assert read_status(daemon.state_dir).state == "stopped"

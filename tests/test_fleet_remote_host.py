@@ -6,7 +6,6 @@ import http.server
 import os
 import signal
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -15,19 +14,12 @@ import pytest
 import sshd
 from ddtreed.fleet import load_inventory
 from ddtreed.fleet.remote_host import SshHost
+from supervision_helpers import wait_for
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not sshd.available(), reason="needs root and /usr/sbin/sshd (.ci/sshd-setup.sh)")]
 
 
-def wait_until(condition, deadline_s: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {deadline_s}s")
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +41,7 @@ def test_spawn_runs_in_own_session_with_env_and_cwd(host, tmp_path):
                          {**os.environ, "SERVICE_TOKEN": "a b;c"}, str(tmp_path),
                          str(tmp_path / "out.log"), str(tmp_path / "err.log"))
     try:
-        wait_until(lambda: "token=" in (tmp_path / "out.log").read_text(), what="service output")
+        wait_for(lambda: "token=" in (tmp_path / "out.log").read_text(), what="service output")
         assert (tmp_path / "out.log").read_text() == f"cwd={tmp_path} token=a b;c\n"
         assert os.getsid(process.pid) == process.pid == os.getpgid(process.pid)
         assert process.poll() is None
@@ -82,9 +74,9 @@ def test_sweep_kills_session_survivors_and_token_carriers(host, tmp_path):
     token = "tok-fleet-test"
     leader = host.spawn(["sh", "-c", "setsid sleep 61 & sleep 60 & wait"], {"DDTREED_SERVICE_TOKEN": token},
                         None, str(tmp_path / "o"), str(tmp_path / "e"))
-    in_session = wait_until(lambda: len(host.session_pids(leader.pid)) == 2 and host.session_pids(leader.pid),
+    in_session = wait_for(lambda: len(host.session_pids(leader.pid)) == 2 and host.session_pids(leader.pid),
                             what="leader and child in the session")
-    escaped = wait_until(lambda: _pids_with_cmdline(b"sleep\x0061\x00"), what="escaped child")
+    escaped = wait_for(lambda: _pids_with_cmdline(b"sleep\x0061\x00"), what="escaped child")
     assert sorted(in_session) == sorted(_pids_in_session(leader.pid)) and leader.pid in in_session
     os.kill(leader.pid, signal.SIGKILL)  # the leader dies; one child lingers in the session
     assert leader.wait(10) == sshd_exit(signal=signal.SIGKILL)
@@ -167,7 +159,7 @@ def test_follower_sees_appended_lines_per_file(host, tmp_path):
         with second.open("ab") as handle:  # created after following began; invalid UTF-8 and a long line
             handle.write(b"bad \xff byte\n" + b"x" * 70000 + b"\n")
         received: list = []
-        wait_until(lambda: received.extend(follower.read() if follower.wait(0.5) else []) or
+        wait_for(lambda: received.extend(follower.read() if follower.wait(0.5) else []) or
                    sum(len(chunk.lines) for chunk in received) >= 4, what="four lines")
         by_source = {}
         for chunk in received:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from ddtreed.incidents import Store
 from ddtreed.paths import shipped
 from ddtreed.remediation import Engine, load_remediations
 from tests.daemon_helpers import demo_config, run_daemon, runner_path, steps_of
+from supervision_helpers import wait_for
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not sshd.available(), reason="needs root and /usr/sbin/sshd (.ci/sshd-setup.sh)")]
@@ -93,13 +93,6 @@ def live_processes(marker: bytes) -> list[tuple[int, dict[bytes, bytes]]]:
     return found
 
 
-def wait_until(condition, deadline_s: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)  # poll interval
-    raise AssertionError(f"{what} not reached within {deadline_s}s")
 
 
 def remote_inventory(directory: Path, server: sshd.Sshd, client_key: Path) -> Path:
@@ -219,7 +212,7 @@ def test_no_service_process_is_left_after_the_daemon_stops(supervised):
     assert service_processes(marker) == []
     assert not [p for p in Path(config.paths.log_dir).iterdir() if p.name.startswith(".ddtreed-exit-")]
     # The log followers' `tail -F` ended with their channels (only a zombie until sshd reaps it).
-    wait_until(lambda: not live_processes(marker), what="no process naming the demo directory")
+    wait_for(lambda: not live_processes(marker), what="no process naming the demo directory")
 
 
 def test_locally_modified_remote_file_is_refused_over_ssh(remote, tmp_path):
