@@ -45,7 +45,10 @@ class CommandResult:
 
 
 class Host(Protocol):
+    """Capabilities, never identities: code asks `host.local`, it does not compare names or types."""
+
     name: str
+    local: bool  # True: this machine (its files and processes are ours to read directly)
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str | None,
               stdout_path: str, stderr_path: str) -> Process: ...
@@ -94,6 +97,14 @@ class Host(Protocol):
         """A URL this process can reach the service at (SSH: through a tunnel)."""
         ...
 
+    def token_holders(self, token: str) -> list[int]:
+        """Live processes whose environment carries the service token (a leftover service tree)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the host holds (an SSH connection and its tunnels); idempotent."""
+        ...
+
 
 class FollowerLike(Protocol):
     def read(self) -> list: ...  # list[LogChunk]
@@ -133,6 +144,7 @@ class LocalProcess:
 
 class LocalHost:
     name = "localhost"
+    local = True
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str | None,
               stdout_path: str, stderr_path: str) -> LocalProcess:
@@ -207,6 +219,14 @@ class LocalHost:
 
     def http_base_url(self, address: str, port: int) -> str:
         return http_base_url(address, port)
+
+    def token_holders(self, token: str) -> list[int]:
+        from . import _proctree
+
+        return _proctree.token_holders(token)
+
+    def close(self) -> None:
+        return None
 
 
 def write_atomic(path: str, data: bytes, mode: int | None = None) -> None:

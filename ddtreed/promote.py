@@ -4,13 +4,14 @@ The daemon remembers a verified flag/env ladder step in the incident store (`Sto
 Once a precise fix exists (a patch applied, a newer sglang, a new rule), `promote` undoes those
 steps, launches the service, verifies it exactly as the daemon verifies a fix (readiness, probes,
 a real generation, acceptance, the window), and either keeps the better launch or puts the
-degradation back. It drives a Daemon's own pieces, so it runs while the daemon is stopped.
+degradation back. It uses a Daemon's public API (`revert`, `trial`, `attempt`, `close`), so it
+runs while the daemon is stopped; its timeout is a stop request through the daemon's queue.
 """
 
 from __future__ import annotations
 
 import os
-import time
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,10 +19,10 @@ import psutil
 import structlog
 
 from .config import Config
-from .daemon import Daemon, Stopping
+from .daemon import Daemon
 from .incidents import Store, database_path
 from .records import Application
-from .verify import Verdict
+from .wiring import build
 
 log = structlog.get_logger(__name__)
 
@@ -64,19 +65,21 @@ def promote(config: Config, *, host=None, timeout: float | None = None) -> Promo
     degraded = store.degraded(config.source)
     if degraded is None:
         raise PromoteError(f"{config.source}: not degraded: no ladder step is remembered for this service")
-    daemon = Daemon(config, host=host, store=store, deadline=time.monotonic() + (timeout or _budget(config)))
+    daemon = Daemon(config, wiring=build(config, host=host, store=store))
     steps = sorted((a for a in daemon.engine.status() if a.launch is not None), key=lambda a: a.applied_at)
     if not steps:
         store.clear_degraded(config.source)
         raise PromoteError(f"{config.source}: the remembered step {degraded['step_id']} is no longer applied "
                            "(reverted by hand?); cleared the stale record")
-    daemon.argv, daemon.env = list(steps[-1].launch.argv), dict(steps[-1].launch.env)
+    daemon.launch.adopt(steps[-1].launch)
     for application in reversed(steps):
-        daemon._revert(application)
+        daemon.revert(application)
     undone = [application.remediation_id for application in steps]
     log.info("promotion_trial", undone=undone, argv=daemon.argv)
+    timer = threading.Timer(timeout or _budget(config), daemon.request_stop)  # through the loop's queue
+    timer.start()
     try:
-        verdict = _trial(daemon)
+        verdict = daemon.trial()
         if verdict.ok:
             store.clear_degraded(config.source)
             log.info("promotion_kept", undone=undone, accept_length=verdict.accept_length)
@@ -85,19 +88,8 @@ def promote(config: Config, *, host=None, timeout: float | None = None) -> Promo
         log.warning("promotion_rejected", detail=verdict.detail, restored=restored)
         return PromoteResult(False, verdict.detail, undone, restored, list(daemon.argv), verdict.accept_length)
     finally:
-        daemon._shutdown()
-
-
-def _trial(daemon: Daemon) -> Verdict:
-    """Start the better launch and verify it like a fix (window included)."""
-    try:
-        if not daemon._start_service():
-            return Verdict(False, "restart budget spent")
-        return daemon._verifier().verify(first_start=False)
-    except Stopping:
-        return Verdict(False, "stopped before the trial finished (timeout or signal)")
-    finally:
-        daemon._stop_service("promotion trial over")
+        timer.cancel()
+        daemon.close()
 
 
 def _restore(daemon: Daemon, steps: list[Application]) -> list[str]:
@@ -105,14 +97,11 @@ def _restore(daemon: Daemon, steps: list[Application]) -> list[str]:
     incidents = {row["application_id"]: row["incident_id"] for row in daemon.store.applications()}
     restored = []
     for previous in steps:
-        plan = daemon.engine.plan(previous.remediation_id, daemon.context, env=daemon.env)
-        if not plan.applicable:
-            log.error("promotion_restore_failed", remediation=previous.remediation_id, reason=plan.reason)
+        result = daemon.attempt(previous.remediation_id, incidents.get(previous.application_id))
+        if result.outcome != "applied":
+            log.error("promotion_restore_failed", remediation=previous.remediation_id, reason=result.detail)
             continue
-        incident_id = incidents.get(previous.application_id)
-        application = daemon.engine.apply(plan, incident_id=incident_id)
-        daemon.store.record_application(incident_id, application, status="verified")
-        daemon._adopt(application)
+        daemon.store.mark_application(result.application.application_id, "verified")
         restored.append(previous.remediation_id)
     return restored
 

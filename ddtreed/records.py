@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, get_args
 
 # Categories every script may rely on (README "Taxonomy"); rules may add more.
 CATEGORIES = (
@@ -26,8 +26,60 @@ CATEGORIES = (
     "unknown",
 )
 
-INCIDENT_STATUSES = ("open", "resolved", "reverted", "escalated", "prevented", "advised")
 POLICIES = ("auto", "advise", "off")
+
+# The closed vocabularies. Each is a Literal (for mypy) and the tuple of its values (checked at
+# write by `checked`): a misspelt word fails where it is written, not in a report weeks later.
+
+CrashKind = Literal[
+    "traceback",         # a complete Python traceback in the service's logs
+    "child-death",       # SGLang's "child process ... died" line
+    "watchdog-timeout",  # the scheduler watchdog fired
+    "killed",            # the service ended without any traceback
+    "nccl-watchdog",     # the NCCL watchdog's collective timeout
+    "canary",            # a failed output canary (ddtreed/canary), no traceback
+    "probe-failed",      # a health/generate probe failed, no traceback
+]
+CRASH_KINDS: tuple[str, ...] = get_args(CrashKind)
+
+IncidentStatus = Literal["open", "resolved", "reverted", "escalated", "prevented", "advised", "observed"]
+INCIDENT_STATUSES: tuple[str, ...] = get_args(IncidentStatus)
+
+# Every step the daemon writes into an incident's timeline, in the order a crash travels.
+Step = Literal[
+    "detected", "diagnosed", "advised", "skipped", "applied", "apply-failed", "restarting",
+    "restarted", "healthy", "failed", "verified", "reverted", "revert-failed", "recurred",
+    "not-remediated", "escalated", "reconciled",
+]
+STEPS: tuple[str, ...] = get_args(Step)
+
+ApplicationStatus = Literal["applied", "verified", "reverted", "undone-externally", "overwritten"]
+APPLICATION_STATUSES: tuple[str, ...] = get_args(ApplicationStatus)
+IN_PLACE: tuple[str, ...] = ("applied", "verified")  # the application's change is (meant to be) live
+
+DaemonState = Literal[
+    "starting",      # ddtreed itself is starting (config, rules, journal replay)
+    "preflight",     # checking the launch before the first start
+    "running",       # the service is up (or loading) and being watched
+    "crashed",       # the service died; its logs are being settled
+    "diagnosing",    # matching the crash against the rules
+    "remediating",   # applying (or advising) a fix
+    "restarting",    # stopping what is left and relaunching
+    "verifying",     # startup milestones, probes and the verification window
+    "backoff",       # waiting before the next restart
+    "escalated",     # ddtreed gave up on this problem: a person must look
+    "blocked",       # preflight found a certain crash the config says must block the launch
+    "stopping",      # ddtreed is shutting down: stopping the service, then itself
+    "stopped",       # ddtreed exited cleanly
+]
+DAEMON_STATES: tuple[str, ...] = get_args(DaemonState)
+
+
+def checked(value: str, allowed: tuple[str, ...], what: str) -> str:
+    """`value` when it is one of `allowed`; ValueError naming the vocabulary otherwise."""
+    if value not in allowed:
+        raise ValueError(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -80,16 +132,6 @@ class ServiceContext:
 
 
 @dataclass(frozen=True)
-class LogLine:
-    """One line of service output, already decoded (invalid UTF-8 replaced)."""
-
-    source: str  # file path or stream name
-    number: int  # 1-based line number within the source since the daemon started following it
-    text: str  # without the trailing newline; capped in length by the follower
-    received_at: float  # time.time() when the daemon read it
-
-
-@dataclass(frozen=True)
 class LogChunk:
     """A batch of complete lines from one source: the unit the follower hands downstream.
 
@@ -122,7 +164,7 @@ class Frame:
 class Crash:
     """One failure as one process (rank) reported it."""
 
-    kind: str  # "traceback" | "child-death" | "watchdog-timeout" | "killed" | "nccl-watchdog"
+    kind: str  # one of CRASH_KINDS
     exception: str | None  # e.g. "RuntimeError", "torch.AcceleratorError"
     message: str  # final exception message (first line kept intact, continuation lines joined)
     frames: tuple[Frame, ...] = ()
@@ -140,6 +182,9 @@ class Crash:
     excerpt: tuple[str, ...] = ()  # the raw lines, capped
     context: tuple[str, ...] = ()  # lines that explain it: warnings before it, SIGQUIT, assert samples
     device_asserts: int = 0  # per-thread device-side assertion lines seen with it (samples in context)
+
+    def __post_init__(self) -> None:
+        checked(self.kind, CRASH_KINDS, "crash kind")
 
 
 @dataclass(frozen=True)
@@ -223,6 +268,33 @@ class HealthResult:
     output_text: str | None = None
     elapsed_s: float = 0.0
     completion_tokens: int | None = None  # meta_info.completion_tokens of a /generate probe
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What verification concluded about one (re)start: the typed result of `ddtreed.verify`."""
+
+    ok: bool
+    detail: str
+    crashes: tuple[Crash, ...] = ()
+    exit_status: "ExitStatus | None" = None
+    accept_length: float | None = None
+    stage: str = ""  # the stage that decided: startup, health, generate, acceptance, window, canary
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Event: the loop concluded one incident (emitted before any relaunch that follows it)."""
+
+    incident_id: int
+    status: str  # an IncidentStatus
+
+
+@dataclass(frozen=True)
+class Healthy:
+    """Event: the service passed verification after a (re)start and is being watched."""
+
+    verdict: Verdict
 
 
 @dataclass(frozen=True)

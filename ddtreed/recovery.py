@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import structlog
 
-from ._proctree import token_holders
-from .host import Host, LocalHost
+from .host import Host
 from .incidents import StoreError
 from .launch import CHILD_NAME_PATTERNS
 from .records import LaunchChange
@@ -27,15 +26,13 @@ def recover(engine: Engine, store, host: Host, state_dir: str) -> None:
         log.warning("reconciled", detail=str(done))
         if getattr(done, "incident_id", None) is not None:
             # A finished apply is still unverified: the sweep below reverts it. A verified fix
-            # undone from outside (a reinstall) stays "verified" in the incident store: if its
-            # crash comes back, that is a recurrence (revert, freeze, escalate).
+            # undone from outside (a reinstall) keeps its verification: if its crash comes back,
+            # that is a recurrence (revert, freeze, escalate).
             _note(store, done.incident_id, str(done), done.application_id,
                   reverted=done.action in ("undid-apply", "finished-revert"))
     stop_leftover_service(host, state_dir)
-    statuses = {row["application_id"]: row["status"] for row in store.applications()}
     for entry in engine.history():
-        unverified = statuses.get(entry["application_id"]) not in ("verified", "reverted")
-        if entry["status"] == "applied" and entry.get("incident_id") is not None and unverified:
+        if entry["status"] == "applied" and entry.get("incident_id") is not None:  # applied, not verified
             engine.revert(entry["application_id"])
             _note(store, entry["incident_id"], f"reverted {entry['remediation_id']}: applied but not "
                   "verified when ddtreed stopped", entry["application_id"])
@@ -46,17 +43,17 @@ def recover(engine: Engine, store, host: Host, state_dir: str) -> None:
                   "starts in its last verified configuration", None)
 
 
-def verified_launch(engine: Engine, store) -> LaunchChange | None:
+def verified_launch(engine: Engine) -> LaunchChange | None:
     """The newest verified flag/env fix: it outlives ddtreed, so the service relaunches with it."""
-    verified = {row["application_id"] for row in store.applications("verified")}
-    launches = [application for application in engine.status()
-                if application.launch is not None and application.application_id in verified]
+    launches = [entry for entry in engine.history()
+                if entry["status"] == "verified" and entry.get("launch") is not None]
     if not launches:
         return None
-    newest = max(launches, key=lambda application: application.applied_at)
-    log.info("verified_launch_adopted", remediation=newest.remediation_id,
-             application_id=newest.application_id)
-    return newest.launch
+    newest = max(launches, key=lambda entry: entry["applied_at"])
+    log.info("verified_launch_adopted", remediation=newest["remediation_id"],
+             application_id=newest["application_id"])
+    launch = newest["launch"]
+    return LaunchChange(tuple(launch["argv"]), dict(launch["env"]), launch["description"])
 
 
 def stop_leftover_service(host: Host, state_dir: str) -> None:
@@ -68,7 +65,7 @@ def stop_leftover_service(host: Host, state_dir: str) -> None:
         return
     if previous is None or previous.service_pid is None or not previous.service_token:
         return
-    if not isinstance(host, LocalHost) or not token_holders(previous.service_token):
+    if not host.token_holders(previous.service_token):
         return  # gone already (or the pid reused by a stranger: no process carries the token)
     killed = host.sweep_session(previous.service_pid, CHILD_NAME_PATTERNS, token=previous.service_token)
     if killed:
@@ -80,8 +77,7 @@ def _note(store, incident_id: int, sentence: str, application_id: str | None, re
     """Say in the incident what recovery did; an incident left open by the kill is closed."""
     try:
         store.add_step(incident_id, "reconciled", sentence)
-        known = {row["application_id"] for row in store.applications()}
-        if reverted and application_id in known:
+        if reverted and application_id is not None and store.application_entry(application_id) is not None:
             store.mark_application(application_id, "reverted")
         if store.get(incident_id)["status"] == "open":
             store.finish(incident_id, "reverted", f"ddtreed stopped mid-remediation; {sentence}")

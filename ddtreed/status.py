@@ -13,26 +13,17 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
+import structlog
+
 from .host import write_atomic
+from .records import DAEMON_STATES
+
+log = structlog.get_logger(__name__)
 
 STATUS_FILE = "daemon-state.json"
 
-# The daemon's states, in the order a crash travels through them.
-STATES = (
-    "starting",      # ddtreed itself is starting (config, rules, journal replay)
-    "preflight",     # checking the launch before the first start
-    "running",       # the service is up (or loading) and being watched
-    "crashed",       # the service died; its logs are being settled
-    "diagnosing",    # matching the crash against the rules
-    "remediating",   # applying (or advising) a fix
-    "restarting",    # stopping what is left and relaunching
-    "verifying",     # startup milestones, probes and the verification window
-    "backoff",       # waiting before the next restart
-    "escalated",     # ddtreed gave up on this problem: a person must look
-    "blocked",       # preflight found a certain crash the config says must block the launch
-    "stopping",      # ddtreed is shutting down: stopping the service, then itself
-    "stopped",       # ddtreed exited cleanly
-)
+# The daemon's states, in the order a crash travels through them (records.DaemonState says each).
+STATES = DAEMON_STATES
 
 
 class StatusError(ValueError):
@@ -129,13 +120,29 @@ class StatusBoard:
     current: DaemonStatus
     on_text: Callable[[str], object] | None = None
     _last_text: str = field(default="", init=False)
+    _failing: bool = field(default=False, init=False)
 
     @classmethod
     def start(cls, state_dir: str, config: str | None = None,
               on_text: Callable[[str], object] | None = None) -> "StatusBoard":
         board = cls(state_dir, DaemonStatus(pid=os.getpid(), state="starting", config=config), on_text)
-        board.update(status_text="starting")
+        board.publish(status_text="starting")
         return board
+
+    def publish(self, **changes: Any) -> DaemonStatus:
+        """`update`, but a full or read-only state dir is reported (once per streak), not raised."""
+        try:
+            self.update(**changes)
+            self._failing = False
+        except OSError as error:
+            self.current = replace(self.current, **changes)
+            if "status_text" in changes and self.on_text is not None:
+                self.on_text(changes["status_text"])
+            if not self._failing:
+                log.error("status_write_failed", error=str(error),
+                          hint="the state dir is full or read-only; ddtreed keeps running")
+            self._failing = True
+        return self.current
 
     def update(self, **changes: Any) -> DaemonStatus:
         """Apply field changes (e.g. state=, status_text=, restarts=) and publish them."""

@@ -1,167 +1,173 @@
 """Is the service healthy after a (re)start? Startup milestones, probes, acceptance, a window.
 
-A fix is kept only when all of these hold: the service reaches readiness within the startup
-budget, `/health_generate` answers, a real greedy generation succeeds, the acceptance length has
-not collapsed (floor, and a fraction of the learned baseline), and no crash within the window.
+A stage with inputs and a typed result: `verify(feed, prober, clock, probe, context, baselines)`
+returns a `Verdict`. A fix is kept only when all of these hold: the service reaches readiness
+within the startup budget, `/health_generate` answers, a real greedy generation succeeds, the
+acceptance length has not collapsed (floor, and a fraction of the learned baseline), no crash
+within the window, and the output canary (when given) passes.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Callable, Protocol
 
 import structlog
 
+from .clock import Clock
 from .config import ProbeConfig
-from .records import Crash, ExitStatus, HealthResult
+from .incidents.state import baseline_key as store_baseline_key
+from .records import Crash, ExitStatus, HealthResult, ServiceContext, Verdict
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["Baselines", "LogFeed", "Verdict", "baseline_key", "flatten", "verify"]
+
+PROGRESS_EVERY_S = 10.0  # a 10-minute model load should show signs of life, not flood the log
+CRASH_SETTLE_S = 2.0  # after a failed probe, the ranks' tracebacks arrive within this
+HEALTH_PROBE_FIRST_S = 2.0  # logs may be elsewhere: readiness by HTTP counts too, from then on
+HEALTH_PROBE_EVERY_S = 5.0
+
+
+class LogFeed(Protocol):
+    """The running service as verification sees it (ddtreed.service_run.ServiceRun)."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    def progress_text(self) -> str: ...
+
+    def pump(self, timeout: float) -> list[tuple[Crash, ...]]: ...
+
+    def poll(self) -> ExitStatus | None: ...
+
+    def drain(self) -> tuple[Crash, ...]: ...
+
+
+class Prober(Protocol):
+    def health(self, deadline: float) -> HealthResult: ...
+
+    def generate(self, prompt: str, max_new_tokens: int, deadline: float) -> HealthResult: ...
+
+
+class Baselines(Protocol):
+    def baseline(self, key: str) -> float | None: ...
+
+    def add_accept_sample(self, key: str, accept_length: float) -> None: ...
 
 
 def flatten(groups: list[tuple[Crash, ...]]) -> tuple[Crash, ...]:
     """Every crash handed out in one turn: one failure of the service."""
     return tuple(crash for group in groups for crash in group)
 
-if TYPE_CHECKING:
-    from .daemon import Daemon
 
-log = structlog.get_logger(__name__)
-
-PROGRESS_EVERY_S = 10.0  # a 10-minute model load should show signs of life, not flood the log
-CRASH_SETTLE_S = 2.0  # after a failed probe, the ranks' tracebacks arrive within this
-
-
-@dataclass(frozen=True)
-class Verdict:
-    ok: bool
-    detail: str
-    crashes: tuple[Crash, ...] = ()
-    exit_status: ExitStatus | None = None
-    accept_length: float | None = None
-    stage: str = ""
+def baseline_key(context: ServiceContext) -> str:
+    """Acceptance baselines are per model, draft model and speculative flags."""
+    return store_baseline_key(context.model_path, context.draft_model_path, {
+        "algorithm": context.speculative_algorithm, "block": context.block_size,
+        "budget": context.ddtree_budget})
 
 
-class Verifier:
-    def __init__(self, daemon: "Daemon", probe: ProbeConfig, store):
-        self.daemon = daemon
-        self.probe = probe
-        self.store = store
+def verify(feed: LogFeed, prober: Prober, clock: Clock, probe: ProbeConfig, context: ServiceContext,
+           baselines: Baselines, *, window: bool, canary: Callable[[Verdict], Verdict] | None = None) -> Verdict:
+    """Startup, health, generate, acceptance, then (`window`) the verification window, then the canary."""
+    stages = _Stages(feed, prober, clock, probe)
+    for stage in (stages.startup, stages.health, stages.generate):
+        verdict = stage()
+        if not verdict.ok:
+            return verdict
+    verdict = acceptance(verdict, context, probe, baselines)
+    if verdict.ok and window:
+        verdict = stages.window(verdict)
+    if verdict.ok and canary is not None:
+        verdict = canary(verdict)
+    return verdict
 
-    def verify(self, first_start: bool) -> Verdict:
-        for step in (self._startup, self._health, self._generate):
-            verdict = step()
-            if not verdict.ok:
-                return verdict
-            generated = verdict
-        verdict = self._acceptance(generated)
-        if verdict.ok and not first_start:
-            verdict = self._window(verdict)
-        if verdict.ok:
-            verdict = self._canary(verdict)
-        return verdict
 
-    # ---- stages ----
+def acceptance(generated: Verdict, context: ServiceContext, probe: ProbeConfig, baselines: Baselines) -> Verdict:
+    """The acceptance length against its floor and the learned baseline; a healthy one is learned."""
+    accept = generated.accept_length
+    if accept is None or not context.speculative_algorithm:
+        return generated
+    floor = probe.min_accept_length
+    if floor is not None and accept < floor:
+        return Verdict(False, f"acceptance length {accept:.2f} below the floor {floor:.2f}",
+                       accept_length=accept, stage="acceptance")
+    key = baseline_key(context)
+    baseline = baselines.baseline(key)
+    if baseline is not None and accept < baseline * probe.accept_baseline_fraction:
+        return Verdict(False, f"acceptance length {accept:.2f} collapsed below "
+                              f"{probe.accept_baseline_fraction:.0%} of the baseline {baseline:.2f}",
+                       accept_length=accept, stage="acceptance")
+    baselines.add_accept_sample(key, accept)
+    return generated
 
-    def _startup(self) -> Verdict:
-        daemon = self.daemon
-        started = time.monotonic()
+
+class _Stages:
+    def __init__(self, feed: LogFeed, prober: Prober, clock: Clock, probe: ProbeConfig):
+        self.feed, self.prober, self.clock, self.probe = feed, prober, clock, probe
+
+    def startup(self) -> Verdict:
+        feed, clock = self.feed, self.clock
+        started = clock.monotonic()
         deadline = started + self.probe.startup_timeout_s
         next_progress = started + PROGRESS_EVERY_S
-        prober = self.daemon.prober()
-        next_health_probe = started + 2.0
-        while time.monotonic() < deadline:
-            groups = daemon.pump(self.probe.poll_interval_s)
+        next_health_probe = started + HEALTH_PROBE_FIRST_S
+        while clock.monotonic() < deadline:
+            groups = feed.pump(self.probe.poll_interval_s)
             if groups:
-                return Verdict(False, "crashed during startup", flatten(groups), daemon.supervisor.poll(),
-                               stage="startup")
-            exit_status = daemon.supervisor.poll()
+                return Verdict(False, "crashed during startup", flatten(groups), feed.poll(), stage="startup")
+            exit_status = feed.poll()
             if exit_status is not None:
-                crashes = daemon.drain_logs()
-                return Verdict(False, f"service {exit_status.describe()} during startup", crashes, exit_status,
-                               stage="startup")
-            if daemon.milestones.ready:
+                return Verdict(False, f"service {exit_status.describe()} during startup", feed.drain(),
+                               exit_status, stage="startup")
+            if feed.ready:
                 return Verdict(True, "ready", stage="startup")
-            now = time.monotonic()
-            if now >= next_health_probe:  # logs may be elsewhere: readiness by HTTP counts too
-                next_health_probe = now + 5.0
-                if prober.health(time.monotonic() + 1.0).ok:
+            now = clock.monotonic()
+            if now >= next_health_probe:
+                next_health_probe = now + HEALTH_PROBE_EVERY_S
+                if self.prober.health(clock.monotonic() + 1.0).ok:
                     return Verdict(True, "ready (health probe)", stage="startup")
             if now >= next_progress:
                 next_progress = now + PROGRESS_EVERY_S
                 log.info("waiting_for_startup", elapsed_s=round(now - started),
-                         budget_s=self.probe.startup_timeout_s, progress=daemon.milestones.progress_text())
+                         budget_s=self.probe.startup_timeout_s, progress=feed.progress_text())
         return Verdict(False, f"not ready within {self.probe.startup_timeout_s:.0f}s", stage="startup")
 
-    def _health(self) -> Verdict:
-        result = self.daemon.prober().health(time.monotonic() + self.probe.health_timeout_s)
-        return self._from_probe(result)
+    def health(self) -> Verdict:
+        return self._from_probe(self.prober.health(self.clock.monotonic() + self.probe.health_timeout_s))
 
-    def _generate(self) -> Verdict:
-        result = self.daemon.prober().generate(self.probe.generate_prompt, self.probe.generate_max_new_tokens,
-                                         time.monotonic() + self.probe.generate_timeout_s)
-        return self._from_probe(result)
+    def generate(self) -> Verdict:
+        probe = self.probe
+        return self._from_probe(self.prober.generate(probe.generate_prompt, probe.generate_max_new_tokens,
+                                                     self.clock.monotonic() + probe.generate_timeout_s))
 
-    def _acceptance(self, generated: Verdict) -> Verdict:
-        accept = generated.accept_length
-        if accept is None or not self.daemon.context.speculative_algorithm:
-            return generated
-        floor = self.probe.min_accept_length
-        if floor is not None and accept < floor:
-            return Verdict(False, f"acceptance length {accept:.2f} below the floor {floor:.2f}",
-                           accept_length=accept, stage="acceptance")
-        key = baseline_key(self.daemon.context)
-        baseline = self.store.baseline(key)
-        if baseline is not None and accept < baseline * self.probe.accept_baseline_fraction:
-            return Verdict(False, f"acceptance length {accept:.2f} collapsed below "
-                                  f"{self.probe.accept_baseline_fraction:.0%} of the baseline {baseline:.2f}",
-                           accept_length=accept, stage="acceptance")
-        self.store.add_accept_sample(key, accept)
-        return generated
-
-    def _window(self, verdict: Verdict) -> Verdict:
-        """Watch for recurrence; a second generation at the end proves it still serves."""
-        daemon = self.daemon
-        deadline = time.monotonic() + self.probe.verify_window_s
-        while time.monotonic() < deadline:
-            groups = daemon.pump(self.probe.poll_interval_s)
+    def window(self, verdict: Verdict) -> Verdict:
+        """Watch for recurrence within the verification window."""
+        feed = self.feed
+        deadline = self.clock.monotonic() + self.probe.verify_window_s
+        while self.clock.monotonic() < deadline:
+            groups = feed.pump(self.probe.poll_interval_s)
             if groups:
                 return Verdict(False, "crashed again within the verification window", flatten(groups),
-                               daemon.supervisor.poll(), stage="window")
-            exit_status = daemon.supervisor.poll()
+                               feed.poll(), stage="window")
+            exit_status = feed.poll()
             if exit_status is not None:
                 return Verdict(False, f"service {exit_status.describe()} within the verification window",
-                               daemon.drain_logs(), exit_status, stage="window")
+                               feed.drain(), exit_status, stage="window")
         return verdict
-
-    def _canary(self, verdict: Verdict) -> Verdict:
-        return self.daemon.canary_check(verdict)
-
-    # ---- helpers ----
 
     def _from_probe(self, result: HealthResult) -> Verdict:
         if result.ok:
             return Verdict(True, result.detail, accept_length=result.accept_length, stage=result.stage)
-        daemon = self.daemon
-        deadline = time.monotonic() + CRASH_SETTLE_S
+        feed = self.feed
+        deadline = self.clock.monotonic() + CRASH_SETTLE_S
         groups: list[tuple[Crash, ...]] = []
-        while time.monotonic() < deadline and not groups:  # a failed request usually means a crash
-            groups = daemon.pump(0.1)
-            if daemon.supervisor.poll() is not None:
+        while self.clock.monotonic() < deadline and not groups:  # a failed request usually means a crash
+            groups = feed.pump(0.1)
+            if feed.poll() is not None:
                 break
-        exit_status = daemon.supervisor.poll()
+        exit_status = feed.poll()
         if not groups and exit_status is not None:
-            groups = [daemon.drain_logs()]
-        crashes = flatten(groups)
-        return Verdict(False, f"{result.stage} probe failed: {result.detail}", crashes, exit_status,
+            groups = [feed.drain()]
+        return Verdict(False, f"{result.stage} probe failed: {result.detail}", flatten(groups), exit_status,
                        stage=result.stage)
-
-
-def baseline_key(context) -> str:
-    """Acceptance baselines are per model, draft model and speculative flags."""
-    parts = {
-        "model": context.model_path, "draft": context.draft_model_path,
-        "algorithm": context.speculative_algorithm, "block": context.block_size,
-        "budget": context.ddtree_budget,
-    }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]

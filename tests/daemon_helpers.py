@@ -6,16 +6,18 @@ import hashlib
 import os
 import subprocess
 import sys
-import time
+import threading
 import tomllib
 from dataclasses import replace
 from pathlib import Path
 
+from ddtreed.cli.run_cmd import stop_on
 from ddtreed.config import Config, from_mapping, load
 from ddtreed.daemon import Daemon
 from ddtreed.demo import free_port, prepare, to_toml
 from ddtreed.demo.install import install_engine
 from ddtreed.incidents import Store
+from ddtreed.records import Healthy, Outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 CRASH_LOOP = ROOT / "tests" / "programs" / "sglang_crash_loop.py"
@@ -32,11 +34,33 @@ def demo_config(directory: Path, *, preflight: bool = False, policy: dict | None
                    probe=replace(config.probe, **(probe or {})))
 
 
-def run_daemon(config: Config, timeout: float = 150.0, **options) -> tuple[Daemon, int]:
-    """The real loop in this process, stopped by its own deadline at the latest."""
-    daemon = Daemon(config, deadline=time.monotonic() + timeout, **options)
-    code = daemon.run()
-    return daemon, code
+class Run:
+    """A finished daemon with the outcomes it emitted (attribute reads go to the daemon)."""
+
+    def __init__(self, daemon: Daemon):
+        self.daemon = daemon
+        self.outcomes: list[Outcome] = []
+        daemon.subscribe(lambda event: self.outcomes.append(event) if isinstance(event, Outcome) else None)
+
+    def __getattr__(self, name: str):
+        return getattr(self.daemon, name)
+
+
+def run_daemon(config: Config, timeout: float = 150.0, *, stop_after_incident: bool = False,
+               stop_when_healthy: bool = False, **options) -> tuple[Run, int]:
+    """The real loop in this process: stopped through its queue after one incident / once healthy,
+    or when `timeout` passes at the latest."""
+    daemon = Daemon(config, **options)
+    run = Run(daemon)
+    if stop_after_incident or stop_when_healthy:
+        stop_on(daemon, Outcome if stop_after_incident else Healthy)
+    timer = threading.Timer(timeout, daemon.request_stop)
+    timer.start()
+    try:
+        code = daemon.run()
+    finally:
+        timer.cancel()
+    return run, code
 
 
 def runner_path(config: Config) -> Path:

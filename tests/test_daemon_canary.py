@@ -3,14 +3,13 @@ the DDTree ladder steps down, and the step is kept only when the canary passes a
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ddtreed.config import load
-from ddtreed.daemon import Daemon
+from daemon_helpers import run_daemon
 from ddtreed.demo import prepare
 
 pytestmark = pytest.mark.slow
@@ -39,13 +38,13 @@ def _with_budget(config, budget: int):
 def test_silent_corruption_is_caught_by_the_canary_and_fixed_by_lowering_the_budget(tmp_path):
     # A trusted configuration first: budget 3 is below the garbage threshold, its outputs are golden.
     config = _config(tmp_path, budget=3, garbage_above_budget=4)
-    trusted = Daemon(config, stop_when_healthy=True, deadline=time.monotonic() + 120)
-    assert trusted.run() == 0
+    trusted, code = run_daemon(config, timeout=120, stop_when_healthy=True)
+    assert code == 0
     assert trusted.board.current.canary["passed"] is True
 
     # Budget 8 emits wrong tokens (above 4) while /health stays green.
-    daemon = Daemon(_with_budget(config, 8), stop_after_incident=True, deadline=time.monotonic() + 180)
-    assert daemon.run() == 0
+    daemon, code = run_daemon(_with_budget(config, 8), timeout=180, stop_after_incident=True)
+    assert code == 0
     incident = daemon.store.get(daemon.outcomes[0].incident_id)
     assert incident["source"] == "canary"
     assert incident["category"] == "silent-corruption"

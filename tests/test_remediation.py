@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from ddtreed.host import LocalHost
+from ddtreed.incidents import DATABASE_NAME
 from ddtreed.paths import shipped
 from ddtreed.records import ServiceContext
-from ddtreed.remediation import ApplyError, Engine, Ladder, RemediationError, load_remediations
+from ddtreed.remediation import ApplyError, Engine, Launch, RemediationError, attempt, load_remediations, revert
 from ddtreed.remediation import flags
 from test_remediation_crash import DEMO_SOURCE, make_demo_site
 
@@ -110,6 +111,36 @@ def test_mem_fraction_steps_down_to_a_floor(engine):
     assert not floor.applicable and "floor" in floor.reason
 
 
+class Ladder:
+    """A rule's remediation ids stepped down one at a time through the one `attempt()` (no incident)."""
+
+    def __init__(self, engine, remediation_ids, context):
+        self.engine, self.pending = engine, list(remediation_ids)
+        self.launch = Launch(list(context.argv))
+        self.version = context.sglang_version
+        self.applied, self.skipped = [], []
+
+    @property
+    def argv(self):
+        return tuple(self.launch.argv)
+
+    def step(self):
+        while self.pending:
+            remediation_id = self.pending.pop(0)
+            result = attempt(remediation_id, None, engine=self.engine, store=None, launch=self.launch,
+                             context=context(self.launch.argv, self.version))
+            if result.outcome == "skipped":
+                self.skipped.append((remediation_id, result.detail))
+                continue
+            self.applied.append(result.application)
+            return result.application, result
+        return None
+
+    def undo(self):
+        revert(self.applied.pop(), engine=self.engine, store=None, launch=self.launch)
+        return self.launch
+
+
 def test_ddtree_ladder_steps_down_and_undoes(engine):
     ladder = Ladder(engine, ("lower-ddtree-budget", "ddtree-to-dflash", "lower-ddtree-budget",
                              "disable-speculative-decoding"), context())
@@ -124,7 +155,7 @@ def test_ddtree_ladder_steps_down_and_undoes(engine):
     assert "--port" in plan.launch.argv and "--tp" in plan.launch.argv
     assert ladder.step() is None
     previous = ladder.undo()
-    assert "DFLASH" in previous.argv and ladder.argv == previous.argv
+    assert "DFLASH" in previous.argv and ladder.argv == tuple(previous.argv)
     assert [a.remediation_id for a in engine.status()] == ["lower-ddtree-budget", "ddtree-to-dflash"]
 
 
@@ -189,8 +220,9 @@ def test_remediation_state_is_private_under_umask_022(engine, tmp_path):
     finally:
         os.umask(previous)
     modes = _modes(root)
-    assert {"lock", "backups", "applications.json"} <= set(modes)
+    assert {"lock", "backups"} <= set(modes)  # the applications: rows of the 0600 incident database
     assert modes == {name: oct(0o700 if (root / name).is_dir() else 0o600) for name in modes}
+    assert stat.S_IMODE((tmp_path / "state" / DATABASE_NAME).stat().st_mode) == 0o600
 
 
 def test_remediation_state_an_older_ddtreed_left_open_is_tightened(engine, tmp_path):

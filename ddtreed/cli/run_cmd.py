@@ -6,10 +6,11 @@ import argparse
 import os
 import sys
 import tempfile
-import time
+import threading
 from dataclasses import replace
 from pathlib import Path
 
+from ..records import Healthy, Outcome
 from .common import CliError, add_config, add_json, add_state_dir, load_config, print_json
 
 
@@ -94,11 +95,21 @@ def _demo(args: argparse.Namespace) -> int:
     configure(json_output=False, level="info", stream=CURRENT_STDERR)
     _say(args, f"demo: state and logs in {demo_dir}; config {config_path}")
     _say(args, "demo: launching the demo DDTree service (block 8, budget 32) under ddtreed …")
-    daemon = _daemon(config, stop_after_incident=not args.preflight, stop_when_healthy=args.preflight,
-                     deadline=time.monotonic() + args.timeout)
+    daemon = _daemon(config)
     daemon.install_signal_handlers()
-    daemon.run()
+    stop_on(daemon, Healthy if args.preflight else Outcome)  # one incident (or the prevented start), then stop
+    timer = threading.Timer(args.timeout, daemon.request_stop)
+    timer.start()
+    try:
+        daemon.run()
+    finally:
+        timer.cancel()
     return _report(args, daemon, config)
+
+
+def stop_on(daemon, event_type) -> None:
+    """Ask `daemon` to stop at its first event of `event_type` (the demo's and tests' way to end it)."""
+    daemon.subscribe(lambda event: daemon.request_stop() if isinstance(event, event_type) else None)
 
 
 def _report(args: argparse.Namespace, daemon, config) -> int:

@@ -94,6 +94,8 @@ def _decode_shell_status(value: int) -> ExitStatus:
 class SshHost:
     """The service's host reached over SSH; one connection, re-established when it drops."""
 
+    local = False
+
     def __init__(self, entry: HostEntry, accept_new: bool = False):
         self.name = entry.name
         self.entry = entry
@@ -157,14 +159,14 @@ class SshHost:
             with sftp.open(temp, "wb") as handle:
                 handle.write(data)
             sftp.chmod(temp, mode)
-            self._checked(["sync", "--", temp])
+            self.checked_run(["sync", "--", temp])
             sftp.posix_rename(temp, path)
         except BaseException:
             self.remove(temp)
             raise
-        self._checked(["sync", "--", directory])
+        self.checked_run(["sync", "--", directory])
 
-    def _checked(self, argv: list[str]) -> CommandResult:
+    def checked_run(self, argv: list[str]) -> CommandResult:
         result = self.run(argv, POLL_TIMEOUT_S)
         if result.returncode != 0:
             raise OSError(f"{self.name}: {shlex.join(argv)} exited {result.returncode}: "
@@ -179,7 +181,7 @@ class SshHost:
             return False
 
     def realpath(self, path: str) -> str:
-        return self._checked(["realpath", "-m", "--", path]).stdout.strip()
+        return self.checked_run(["realpath", "-m", "--", path]).stdout.strip()
 
     def remove(self, path: str) -> None:
         try:
@@ -188,7 +190,7 @@ class SshHost:
             pass
 
     def makedirs(self, path: str, mode: int = 0o755) -> None:
-        self._checked(["mkdir", "-p", "-m", format(mode, "o"), "--", path])
+        self.checked_run(["mkdir", "-p", "-m", format(mode, "o"), "--", path])
 
     def port_in_use(self, address: str, port: int) -> bool:
         """Listening or bound sockets on that port per `ss`; a connect through the tunnel when ss is missing."""
@@ -234,6 +236,11 @@ class SshHost:
             time.sleep(0.05)  # poll interval: each check is a round trip
         log.error("fleet.sweep_survivor", host=self.name, pids=sorted(pids),
                   hint="process survived SIGKILL (uninterruptible sleep in a driver?)")
+
+    def token_holders(self, token: str) -> list[int]:
+        rows = remote_procs.parse_ps(self.run(remote_procs.PS_ARGV, POLL_TIMEOUT_S))
+        return sorted(row.pid for row in rows if not row.zombie and row.pid > 0
+                      and remote_procs.carries_token(self._environ(row.pid), token))
 
     def session_pids(self, session_id: int) -> list[int]:
         rows = remote_procs.parse_ps(self.run(remote_procs.PS_ARGV, POLL_TIMEOUT_S))
@@ -292,7 +299,7 @@ class _SftpFiles:
         self._sftp.posix_rename(source, target)
 
     def copy(self, source: str, target: str) -> None:
-        self._host._checked(["cp", "--", source, target])
+        self._host.checked_run(["cp", "--", source, target])
 
     def truncate(self, path: str) -> None:
         self._sftp.truncate(path, 0)

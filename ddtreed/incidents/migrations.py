@@ -80,6 +80,14 @@ def _canary_runs(db: sqlite_utils.Database) -> None:
     db["canary_runs"].create_index(["at"], index_name="canary_runs_at")
 
 
+def _application_engine_fields(db: sqlite_utils.Database) -> None:
+    """The remediation engine writes here too (one source of truth): what it needs to undo a change."""
+    for column, kind in (("layout", str), ("version", str), ("previous", str), ("reverted_at", float),
+                         ("verified_at", float)):
+        db["applications"].add_column(column, kind)
+    db.execute("UPDATE applications SET verified_at = updated_at WHERE status = 'verified'")
+
+
 # Append only: a released migration is never edited or reordered, only followed by new ones.
 MIGRATIONS: tuple[tuple[str, Migration], ...] = (
     ("0001_incidents_and_steps", _incidents),
@@ -89,6 +97,7 @@ MIGRATIONS: tuple[tuple[str, Migration], ...] = (
     ("0005_canary_goldens", _goldens),
     ("0006_degraded_state", _degraded),
     ("0007_canary_runs", _canary_runs),
+    ("0008_application_engine_fields", _application_engine_fields),
 )
 
 

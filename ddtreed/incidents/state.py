@@ -9,12 +9,12 @@ import statistics
 import time
 from typing import Any, Mapping, Sequence
 
-from ..records import Application
+from ..records import APPLICATION_STATUSES, Application, checked
 from . import encode
 from .base import StoreBase
 from .timeline import _application
 
-APPLICATION_STATUSES = ("applied", "reverted", "verified")
+_ENTRY_JSON = ("files", "launch", "previous")  # engine entry fields kept as JSON text
 BASELINE_SAMPLES = 20  # enough healthy runs to shrug off one odd request, few enough to follow drift
 
 
@@ -29,7 +29,7 @@ class StateMixin(StoreBase):
     def record_application(self, incident_id: int | None, application: Application,
                            status: str = "applied") -> None:
         """Store (or replace) an application with its per-file before/after hashes."""
-        _check(status, APPLICATION_STATUSES, "application status")
+        checked(status, APPLICATION_STATUSES, "application status")
         row = {
             "application_id": application.application_id, "incident_id": incident_id,
             "remediation_id": application.remediation_id, "kind": application.kind,
@@ -37,6 +37,7 @@ class StateMixin(StoreBase):
             "files": encode.dumps(list(application.files)),
             "launch": encode.dumps(application.launch), "status": status,
             "applied_at": application.applied_at or time.time(), "updated_at": time.time(),
+            "verified_at": time.time() if status == "verified" else None,
         }
         with self.atomic() as db:
             if incident_id is not None:
@@ -44,10 +45,39 @@ class StateMixin(StoreBase):
             db["applications"].upsert(row, pk="application_id")
 
     def mark_application(self, application_id: str, status: str) -> None:
-        _check(status, APPLICATION_STATUSES, "application status")
+        checked(status, APPLICATION_STATUSES, "application status")
+        now = time.time()
+        changes: dict[str, Any] = {"status": status, "updated_at": now}
+        changes.update({"verified": {"verified_at": now}, "reverted": {"reverted_at": now}}.get(status, {}))
         with self.atomic() as db:
             self._require(db, "application", application_id)
-            db["applications"].update(application_id, {"status": status, "updated_at": time.time()})
+            db["applications"].update(application_id, changes)
+
+    # The remediation engine's view of the same rows (ddtreed/remediation/applications.py) ---
+    def application_entries(self) -> list[dict[str, Any]]:
+        """Every application as the engine keeps it (JSON fields decoded), oldest first."""
+        with self.reading() as db:
+            rows = list(db.query("SELECT * FROM applications ORDER BY applied_at, application_id"))
+        return [_entry(row) for row in rows]
+
+    def application_entry(self, application_id: str) -> dict[str, Any] | None:
+        with self.reading() as db:
+            rows = list(db.query("SELECT * FROM applications WHERE application_id = ?", [application_id]))
+        return _entry(rows[0]) if rows else None
+
+    def put_application_entry(self, entry: Mapping[str, Any]) -> None:
+        """Insert or replace one application as the engine describes it (status checked)."""
+        checked(entry["status"], APPLICATION_STATUSES, "application status")
+        row = {key: entry.get(key) for key in (
+            "application_id", "incident_id", "remediation_id", "kind", "target", "summary", "status",
+            "applied_at", "layout", "version", "reverted_at", "verified_at")}
+        row.update({key: encode.dumps(entry.get(key)) for key in _ENTRY_JSON}, updated_at=time.time())
+        with self.atomic() as db:
+            known = row["incident_id"] is not None and db.execute(
+                "SELECT 1 FROM incidents WHERE id = ?", [row["incident_id"]]).fetchone() is not None
+            if not known:
+                row["incident_id"] = None  # an apply outside any incident (CLI, tests): no link to keep
+            db["applications"].upsert(row, pk="application_id")
 
     def applications(self, status: str | None = None) -> list[dict[str, Any]]:
         where, params = ("WHERE status = ?", [status]) if status else ("", [])
@@ -183,11 +213,15 @@ class StateMixin(StoreBase):
             "incidents": incidents,
             "incidents_total": sum(row["count"] for row in incidents),
             "open_incidents": sum(row["count"] for row in incidents if row["status"] == "open"),
-            "applications": {status: applied.get(status, 0) for status in APPLICATION_STATUSES},
+            # ddtreed's own three always (zeros too); a change undone from outside only when seen
+            "applications": {**{status: applied.get(status, 0) for status in ("applied", "reverted", "verified")},
+                             **{status: count for status, count in applied.items() if status in APPLICATION_STATUSES}},
             "frozen_signatures": frozen,
         }
 
 
-def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
-    if value not in allowed:
-        raise ValueError(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
+def _entry(row: Mapping[str, Any]) -> dict[str, Any]:
+    entry = dict(row)
+    for key in _ENTRY_JSON:
+        entry[key] = encode.loads(entry.get(key), [] if key == "files" else None)
+    return entry

@@ -6,14 +6,12 @@ import re
 import time
 from typing import Any, Mapping, Sequence
 
-from ..records import INCIDENT_STATUSES, Crash, RuleMatch, ServiceContext, Signature
+from ..records import INCIDENT_STATUSES, STEPS, Crash, RuleMatch, ServiceContext, Signature
 from . import encode
 from .base import StoreBase
 
 SOURCES = ("crash", "preflight", "canary")
-# The vocabulary the daemon uses; other lower-case names are accepted for new stages.
-STEPS = ("detected", "diagnosed", "planned", "applied", "restarting", "restarted", "healthy",
-         "verified", "reverted", "escalated", "advised", "prevented", "reconciled", "failed")
+# STEPS (records) is the vocabulary the daemon writes; other lower-case names are accepted for new stages.
 _STEP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 _JSON_COLUMNS = {"params": {}, "ranks": [], "tracebacks": [], "context": {}, "remediations": []}
 SUMMARY_COLUMNS = ("id", "source", "service", "category", "rule_id", "title", "fingerprint",
@@ -87,10 +85,11 @@ class IncidentsMixin(StoreBase):
             return [_with_duration(row) for row in rows]
 
     def verified_fix_for(self, fingerprint: str) -> dict[str, Any] | None:
-        """The newest still-verified application made for an incident of this signature."""
+        """The newest verified application made for an incident of this signature, not reverted
+        by ddtreed (one undone from outside, by a reinstall, still counts: its crash recurring is news)."""
         sql = ("SELECT a.application_id, a.remediation_id, a.incident_id, a.applied_at "
                "FROM applications a JOIN incidents i ON a.incident_id = i.id "
-               "WHERE i.fingerprint = ? AND a.status = 'verified' "
+               "WHERE i.fingerprint = ? AND a.verified_at IS NOT NULL AND a.status != 'reverted' "
                "ORDER BY a.applied_at DESC LIMIT 1")
         with self.reading() as db:
             rows = list(db.query(sql, [fingerprint]))

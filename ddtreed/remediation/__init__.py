@@ -2,8 +2,9 @@
 
 from .catalog import Catalog, Remediation, RemediationError, load_remediations
 from .engine import ApplyError, Engine, Plan, PlannedFile
-from .ladder import Ladder
+from .ladder import Attempt, Launch, attempt, revert
 from .width import WidthState, inspect_ddtree_width
 
-__all__ = ["ApplyError", "Catalog", "Engine", "Ladder", "Plan", "PlannedFile", "Remediation",
-           "RemediationError", "WidthState", "inspect_ddtree_width", "load_remediations"]
+__all__ = ["ApplyError", "Attempt", "Catalog", "Engine", "Launch", "Plan", "PlannedFile", "Remediation",
+           "RemediationError", "WidthState", "attempt", "inspect_ddtree_width", "load_remediations",
+           "revert"]

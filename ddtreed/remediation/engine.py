@@ -17,8 +17,9 @@ from typing import Any, Mapping
 import structlog
 
 from ..host import Host, sha256_bytes
-from ..records import Application, FileChange, LaunchChange, ServiceContext
+from ..records import IN_PLACE, Application, FileChange, LaunchChange, ServiceContext
 from . import launchplan, patching
+from .applications import ApplicationTable
 from .catalog import Catalog
 from .store import Store
 
@@ -83,10 +84,11 @@ def to_application(entry: dict[str, Any]) -> Application:
 
 
 class Engine:
-    def __init__(self, host: Host, state_dir: str, catalog: Catalog):
+    def __init__(self, host: Host, state_dir: str, catalog: Catalog, incidents=None):
+        """`incidents`: the incident Store the applications are written to (opened when None)."""
         self.host = host
         self.catalog = catalog
-        self.store = Store(state_dir)
+        self.store = Store(state_dir, ApplicationTable(state_dir, incidents))
 
     # ---- planning -------------------------------------------------------------------------
     def plan(self, remediation_id: str, context: ServiceContext | None = None, *,
@@ -172,8 +174,9 @@ class Engine:
         with self.store.lock():
             entry = self.store.find(application_id)
             if entry is None:
-                raise ApplyError(f"no application {application_id!r} in {self.store.applications_path}")
-            if entry["status"] != "applied":
+                raise ApplyError(f"no application {application_id!r} in the incident database "
+                                 f"of {self.store.root.parent}")
+            if entry["status"] not in IN_PLACE:
                 raise ApplyError(f"application {application_id} is already {entry['status']}")
             if entry["kind"] == "patch":
                 self._revert_files(entry, force)
@@ -212,7 +215,8 @@ class Engine:
         return entries
 
     def status(self) -> list[Application]:
-        return [to_application(e) for e in self.store.entries() if e["status"] == "applied"]
+        """The applications in place (applied or verified), oldest first."""
+        return [to_application(e) for e in self.store.entries() if e["status"] in IN_PLACE]
 
     def reconcile(self) -> list[str]:
         """Finish or undo an operation a kill interrupted; one sentence per thing done."""

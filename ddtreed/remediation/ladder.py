@@ -1,58 +1,116 @@
-"""A degradation ladder: a rule's ordered remediation ids, stepped down one at a time.
+"""The one way ddtreed tries a fix: plan → apply → record → adopt → verify → keep or revert.
 
-Each step is applied on top of the launch the previous steps produced, and remembered with its
-inverse (the launch before it), so the daemon can undo a step that did not verify and move on.
+`attempt()` is used by the crash path (one rung of a rule's ladder at a time), preflight (verify
+later, at the first healthy start) and promotion (putting a degradation back). A refused write
+(`ApplyError`, or an OSError such as a full disk) is recorded as `apply-failed` and the caller
+moves on to the next remediation: it never ends the daemon.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Mapping
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Protocol
 
-from ..records import Application, LaunchChange, ServiceContext
-from .engine import Engine, Plan
+import structlog
+
+from ..records import Application, LaunchChange, ServiceContext, Verdict
+from .engine import ApplyError, Engine
+
+log = structlog.get_logger(__name__)
+
+Outcome = Literal["held", "failed", "applied", "skipped", "apply-failed"]
+
+
+class IncidentLog(Protocol):
+    """The part of the incident store an attempt writes to."""
+
+    def add_step(self, incident_id: int, step: str, detail: str = "", data=None) -> None: ...
+
+    def set_remediation(self, incident_id: int, remediation_id: str | None,
+                        application_id: str | None = None) -> None: ...
+
+    def mark_application(self, application_id: str, status: str) -> None: ...
 
 
 @dataclass
-class Ladder:
-    engine: Engine
-    remediation_ids: tuple[str, ...]
-    context: ServiceContext
-    env: Mapping[str, str] = field(default_factory=dict)
-    applied: list[tuple[Application, Plan]] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (id, why not applicable)
-    position: int = 0
+class Launch:
+    """The argv and env the service is (re)started with; args/env remediations move it."""
 
-    def step(self, incident_id: int | None = None) -> tuple[Plan, Application] | None:
-        """Apply the next applicable remediation; None when the ladder is exhausted."""
-        while self.position < len(self.remediation_ids):
-            remediation_id = self.remediation_ids[self.position]
-            self.position += 1
-            plan = self.engine.plan(remediation_id, self.context, env=self.env)
-            if not plan.applicable:
-                self.skipped.append((remediation_id, plan.reason))
-                continue
-            application = self.engine.apply(plan, incident_id=incident_id)
-            self.applied.append((application, plan))
-            if plan.launch is not None:
-                self._move_to(plan.launch)
-            return plan, application
-        return None
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
 
-    def undo(self) -> LaunchChange | None:
-        """Revert the last applied step; return the launch it restores (None for a patch)."""
-        if not self.applied:
-            return None
-        application, plan = self.applied.pop()
-        previous = self.engine.revert(application.application_id)
-        if previous is not None:
-            self._move_to(previous)
-        return previous
+    def adopt(self, change: LaunchChange | None) -> None:
+        if change is not None:
+            self.argv, self.env = list(change.argv), dict(change.env)
 
-    @property
-    def argv(self) -> tuple[str, ...]:
-        return tuple(self.context.argv)
 
-    def _move_to(self, launch: LaunchChange) -> None:
-        self.context = replace(self.context, argv=tuple(launch.argv))
-        self.env = dict(launch.env)
+@dataclass(frozen=True)
+class Attempt:
+    """How one remediation went: held (verified), failed (reverted), applied (not verified yet),
+    skipped (not applicable here) or apply-failed (the write was refused)."""
+
+    remediation_id: str
+    outcome: Outcome
+    detail: str
+    application: Application | None = None
+    verdict: Verdict | None = None
+    diff: str = ""
+
+
+def attempt(remediation_id: str, incident_id: int | None, *, engine: Engine, store: IncidentLog,
+            launch: Launch, context: ServiceContext, verify: Callable[[], Verdict] | None = None,
+            on_apply: Callable[[str], None] | None = None,
+            before_revert: Callable[[], None] | None = None) -> Attempt:
+    """Try one remediation. `verify` restarts and verifies the service (None: keep it unverified).
+
+    `context` is the service as it runs now; `launch` is updated in place (adopt, then back on a
+    revert). Steps go into incident `incident_id` when there is one.
+    """
+    def step(name: str, detail: str, data=None) -> None:
+        if incident_id is not None:
+            store.add_step(incident_id, name, detail, data)
+
+    plan = engine.plan(remediation_id, context, env=launch.env)
+    if not plan.applicable:
+        step("skipped", f"{remediation_id}: {plan.reason}")
+        return Attempt(remediation_id, "skipped", plan.reason)
+    if on_apply is not None:
+        on_apply(remediation_id)
+    try:
+        application = engine.apply(plan, incident_id=incident_id)  # written to the incident store
+    except (ApplyError, OSError) as error:  # refused at write time, or no room for the backup
+        step("apply-failed", f"{remediation_id}: {error}")
+        log.error("remediation_apply_failed", remediation=remediation_id, error=str(error))
+        return Attempt(remediation_id, "apply-failed", str(error))
+    if incident_id is not None:
+        store.set_remediation(incident_id, remediation_id, application.application_id)
+    step("applied", application.summary, {"application_id": application.application_id, "diff": plan.diff,
+                                          "files": [vars(change) for change in application.files]})
+    launch.adopt(application.launch)
+    if verify is None:
+        return Attempt(remediation_id, "applied", plan.reason, application, diff=plan.diff)
+    verdict = verify()
+    if verdict.ok:
+        store.mark_application(application.application_id, "verified")
+        step("verified", verdict.detail, {"accept_length": verdict.accept_length})
+        return Attempt(remediation_id, "held", verdict.detail, application, verdict, plan.diff)
+    if before_revert is not None:
+        before_revert()
+    if revert(application, engine=engine, store=store, launch=launch, incident_id=incident_id):
+        step("reverted", f"{remediation_id} did not hold: {verdict.detail}")
+    log.warning("remediation_reverted", remediation=remediation_id, detail=verdict.detail)
+    return Attempt(remediation_id, "failed", verdict.detail, application, verdict, plan.diff)
+
+
+def revert(application: Application, *, engine: Engine, store: IncidentLog, launch: Launch,
+           incident_id: int | None = None) -> bool:
+    """Undo an application and move the launch back; False (recorded) when the revert is refused."""
+    try:
+        previous = engine.revert(application.application_id)
+    except (ApplyError, OSError) as error:  # e.g. the file changed under the patch (a reinstall)
+        log.error("remediation_revert_failed", application_id=application.application_id, error=str(error))
+        if incident_id is not None:
+            store.add_step(incident_id, "revert-failed", f"{application.remediation_id}: {error}")
+        return False
+    launch.adopt(previous)
+    return True

@@ -82,7 +82,7 @@ def _drift(host: Host, store: Store) -> list[str]:
     """Applied patches whose file no longer carries ddtreed's bytes (e.g. sglang reinstalled)."""
     notes = []
     for entry in store.entries():
-        if entry["status"] != "applied" or entry["kind"] != "patch":
+        if entry["status"] not in ("applied", "verified") or entry["kind"] != "patch":
             continue
         states = [_current(host, c["path"]) for c in entry["files"]]
         if all(now == c["after_sha256"] for now, c in zip(states, entry["files"])):

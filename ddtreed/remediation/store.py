@@ -1,8 +1,9 @@
-"""The remediation state on disk: applications, backups and the intent journal.
+"""The remediation files on disk: backups and the intent journal; applications go to the incident store.
 
-Layout under `<state_dir>/remediation/`: `applications.json` (every application, applied or
-reverted), `backups/<application_id>/<n>.before|.after` (exact bytes), `journal.json` (the one
-operation in flight, written and fsync'd before any target file is touched), `lock`.
+Layout under `<state_dir>/remediation/`: `backups/<application_id>/<n>.before|.after` (exact
+bytes), `journal.json` (the one operation in flight, written and fsync'd before any target file
+is touched), `lock`. The applications themselves are rows of the incident database
+(`ApplicationTable`): one record, which the daemon, `remediate` and recovery all read.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..host import write_atomic
+from .applications import ApplicationTable
 
 
 class Store:
-    def __init__(self, state_dir: str | os.PathLike[str]):
+    def __init__(self, state_dir: str | os.PathLike[str], applications: ApplicationTable | None = None):
         self.root = Path(state_dir) / "remediation"
-        self.applications_path = self.root / "applications.json"
+        self.applications = applications or ApplicationTable(str(state_dir))
         self.journal_path = self.root / "journal.json"
 
     def _ensure(self) -> None:
@@ -47,23 +49,13 @@ class Store:
             os.close(descriptor)
 
     def entries(self) -> list[dict[str, Any]]:
-        try:
-            raw = json.loads(self.applications_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return []
-        return list(raw.get("applications", []))
-
-    def save(self, entries: list[dict[str, Any]]) -> None:
-        self._ensure()
-        data = json.dumps({"applications": entries}, indent=1, sort_keys=True).encode()
-        write_atomic(str(self.applications_path), data, 0o600)
+        return self.applications.entries()
 
     def find(self, application_id: str) -> dict[str, Any] | None:
-        return next((e for e in self.entries() if e["application_id"] == application_id), None)
+        return self.applications.find(application_id)
 
     def upsert(self, entry: dict[str, Any]) -> None:
-        entries = [e for e in self.entries() if e["application_id"] != entry["application_id"]]
-        self.save(entries + [entry])
+        self.applications.upsert(entry)
 
     def write_backup(self, application_id: str, name: str, data: bytes) -> str:
         self._ensure()

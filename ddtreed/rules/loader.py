@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Collection, Iterable
 
 from ..paths import untrusted
-from ..records import CATEGORIES
+from ..records import CATEGORIES, CRASH_KINDS  # CRASH_KINDS: the one list of kinds (records)
 from .expression import ExpressionError, compile_expression
 from .model import CONTEXT_NAMES, CRASH_NAMES, Conditions, Rule, short_exception, template_fields
 
@@ -17,8 +17,6 @@ REQUIRED = ("id", "category", "title", "meaning", "match", "diagnosis")
 OPTIONAL = ("when", "precise", "remediations", "advice", "sglang_versions", "references", "priority")
 MATCH_KEYS = ("kind", "exception", "message", "wrapper", "inner_exception", "inner_message",
               "prefix", "frames", "frames_absent", "exit_code", "signal")
-CRASH_KINDS = ("traceback", "child-death", "watchdog-timeout", "killed", "nccl-watchdog",
-               "canary")  # "canary": a failed output canary (ddtreed/canary), no traceback
 _ID = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
 _VERSION_CLAUSE = re.compile(r"\s*(>=|<=|==|<|>)\s*\d+(\.\d+)*(\.post\d+)?\s*\Z")
 

@@ -1,0 +1,100 @@
+"""One launch of the service and what it writes: process tree, log feed, crash assembly, milestones.
+
+`ServiceRun` is the `LogFeed` verification reads and the loop watches. Each turn (`pump`) first
+calls `on_turn` (the daemon answers signals and pings the watchdog there), then reads new lines.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .clock import Clock
+from .config import Config
+from .health import MilestoneTracker
+from .host import Host
+from .launch import Supervisor
+from .records import Crash, ExitStatus
+from .tracebacks import Assembler
+from .verify import flatten
+
+DRAIN_QUIET_S = 0.2  # after the service exits, its logs are complete once this long quiet
+DRAIN_MAX_S = 3.0  # ...or after this long at most (a remote tail can lag)
+
+
+class ServiceRun:
+    def __init__(self, host: Host, config: Config, argv: list[str], env: dict[str, str], clock: Clock,
+                 on_turn: Callable[[], None] = lambda: None,
+                 on_progress: Callable[[str], None] = lambda text: None):
+        self.host, self.config, self.clock = host, config, clock
+        self.supervisor = Supervisor(host, config, argv, env, clock=clock.monotonic)
+        self.assembler = Assembler(eager=True)
+        self.milestones = MilestoneTracker()
+        self.follower = None
+        self._on_turn, self._on_progress = on_turn, on_progress
+
+    @property
+    def pid(self) -> int | None:
+        return self.supervisor.pid
+
+    @property
+    def token(self) -> str | None:
+        return self.supervisor.token
+
+    @property
+    def ready(self) -> bool:
+        return self.milestones.ready
+
+    def progress_text(self) -> str:
+        return self.milestones.progress_text()
+
+    def start(self) -> int:
+        """Spawn the service, then follow its fresh (just rotated) logs from their first line."""
+        process = self.supervisor.start()
+        self.follower = self.host.open_follower(self.supervisor.log_paths + list(self.config.paths.extra_logs))
+        return process.pid
+
+    def pump(self, timeout: float) -> list[tuple[Crash, ...]]:
+        """One turn: `on_turn`, new log lines → assembler and milestones; settled crash groups."""
+        self._on_turn()
+        if self.follower is None:
+            self.clock.sleep(timeout)
+            return []
+        self.follower.wait(timeout)
+        for chunk in self.follower.read():
+            self.assembler.feed(chunk)
+            if self.milestones.feed(chunk):
+                self._on_progress(self.milestones.progress_text())
+        return self.assembler.take(self.clock.time())
+
+    def poll(self) -> ExitStatus | None:
+        return self.supervisor.poll()
+
+    def drain(self) -> tuple[Crash, ...]:
+        """Read until the logs stay quiet (nothing more can come), then take every pending crash.
+
+        No settle window: the process that wrote them has exited, so waiting cannot complete a
+        traceback, it can only delay the relaunch.
+        """
+        if self.follower is not None:
+            clock = self.clock
+            quiet_since = clock.monotonic()
+            deadline = quiet_since + DRAIN_MAX_S
+            while (now := clock.monotonic()) < deadline and now - quiet_since < DRAIN_QUIET_S:
+                chunks = self.follower.read()
+                for chunk in chunks:
+                    self.assembler.feed(chunk)
+                if chunks:
+                    quiet_since = clock.monotonic()
+                else:
+                    self.follower.wait(DRAIN_QUIET_S / 4)
+        return flatten(self.assembler.take(self.clock.time(), final=True))
+
+    def stop(self, reason: str) -> ExitStatus | None:
+        if self.supervisor.process is None:
+            return None
+        return self.supervisor.stop(reason)
+
+    def close(self) -> None:
+        if self.follower is not None:
+            self.follower.close()
+            self.follower = None

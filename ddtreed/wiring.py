@@ -1,0 +1,92 @@
+"""The one place that builds the middle: rules, catalogs, host, incident store, engine, budget, canary.
+
+`build(config)` is shared by the daemon, the CLI and promotion, so all three see the same files
+and write the same database. `rules_dirs(config)` / `remediations_dirs(config)` are the default
+catalog directories, computed here only (the shipped ones come from `ddtreed.paths.shipped`).
+
+SIGHUP calls `rebuild(old, new_config)`: everything is rebuilt from the new file except the host
+(the service runs there now) and the store (the state dir does not move). What a reload cannot
+change is listed in docs/ARCHITECTURE.md ("Reload").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from .canary import Canary, PeriodicCanary
+from .clock import Clock, SystemClock
+from .config import Config
+from .health import Prober
+from .host import Host, LocalHost
+from .incidents import Store, database_path
+from .paths import shipped
+from .remediation import Catalog, Engine, load_remediations
+from .restart import RestartBudget
+from .rules import RuleSet, load_rules
+
+
+@dataclass(frozen=True)
+class Wiring:
+    config: Config
+    host: Host
+    store: Store
+    rules: RuleSet
+    catalog: Catalog
+    engine: Engine
+    budget: RestartBudget
+    canary: Canary | None
+    periodic_canary: PeriodicCanary | None
+    prober: Callable[[str], Prober]  # base URL -> prober (the middle tier swaps in a fake)
+    clock: Clock
+    preflight_checks: Mapping[str, Callable] | None = None  # None: every shipped check (ddtreed.preflight)
+
+
+def rules_dirs(config: Config) -> tuple[str, ...]:
+    return tuple(config.paths.rules_dirs) or (str(shipped("rules")),)
+
+
+def remediations_dirs(config: Config) -> tuple[str, ...]:
+    return tuple(config.paths.remediations_dirs) or (str(shipped("remediations")),)
+
+
+def service_host(config: Config) -> Host:
+    """LocalHost, or the SshHost of `service.remote` (imports paramiko only then)."""
+    if config.service.remote is None:
+        return LocalHost()
+    from .fleet import host_for
+
+    return host_for(config)
+
+
+def load_catalogs(config: Config) -> tuple[RuleSet, Catalog]:
+    """Rules and remediations as the daemon uses them; errors name file, line and field."""
+    return load_rules(rules_dirs(config)), load_remediations(remediations_dirs(config))
+
+
+def build(config: Config, *, host: Host | None = None, store: Store | None = None,
+          clock: Clock | None = None, prober: Callable[[str], Prober] | None = None,
+          preflight_checks: Mapping[str, Callable] | None = None) -> Wiring:
+    """Everything the loop needs for `config`; rule or remediation errors raise before anything starts."""
+    rules, catalog = load_catalogs(config)
+    host = host or service_host(config)
+    store = store or Store(database_path(config.paths.state_dir))
+    return _assemble(config, host, store, rules, catalog, clock or SystemClock(), prober or Prober,
+                     preflight_checks)
+
+
+def rebuild(old: Wiring, config: Config) -> Wiring:
+    """SIGHUP: a new wiring from the new config, keeping the host, the store, the clock and the seams."""
+    rules, catalog = load_catalogs(config)
+    return _assemble(config, old.host, old.store, rules, catalog, old.clock, old.prober, old.preflight_checks)
+
+
+def _assemble(config: Config, host: Host, store: Store, rules: RuleSet, catalog: Catalog,
+              clock: Clock, prober: Callable[[str], Prober],
+              preflight_checks: Mapping[str, Callable] | None) -> Wiring:
+    engine = Engine(host, config.paths.state_dir, catalog, incidents=store)
+    budget = RestartBudget.from_policy(config.policy, clock=clock.monotonic)
+    canary = Canary(store, config.canary) if config.canary.enabled else None
+    periodic = PeriodicCanary(canary, clock.monotonic) if canary is not None else None
+    return Wiring(config, host, store, rules, catalog, engine, budget, canary, periodic, prober, clock,
+                  preflight_checks)

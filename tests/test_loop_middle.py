@@ -1,0 +1,222 @@
+"""The middle tier: the real daemon loop driven through a fake host and a fake clock.
+
+Rules, remediation engine, incident store (a real SQLite file), restart budget and lifecycle are
+the real code; only the service is a script (ddtreed.testing). Each test runs in milliseconds of
+wall time whatever the probe budgets say, because time moves only when the loop waits.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ddtreed.config import from_mapping
+from ddtreed.daemon import EXIT_GAVE_UP, EXIT_OK, Daemon
+from ddtreed.lifecycle import IllegalTransition, Lifecycle, allowed
+from ddtreed.notify import Notifier
+from ddtreed.preflight import Finding
+from ddtreed.preflight.finding import WOULD_CRASH
+from ddtreed.records import DAEMON_STATES, STEPS, Crash, Healthy, Outcome
+from ddtreed.testing import FakeClock, FakeHost, Launch, crashing, founding_traceback, healthy
+from ddtreed.wiring import build
+
+FOUNDING_ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "/models/target",
+                 "--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "/models/draft",
+                 "--speculative-num-draft-tokens", "8", "--speculative-ddtree-budget", "32",
+                 "--tp-size", "2", "--port", "30000"]
+
+
+def config_for(tmp_path, *, policy=None, preflight=False, probe=None):
+    return from_mapping({
+        "service": {"argv": FOUNDING_ARGV},
+        "paths": {"log_dir": str(tmp_path / "logs"), "state_dir": str(tmp_path / "state")},
+        "policy": {"mode": "auto", "max_restarts": 5, "restart_window_s": 600.0, "backoff_initial_s": 1.0,
+                   "backoff_max_s": 8.0, "stop_grace_s": 5.0, **(policy or {})},
+        "probe": {"startup_timeout_s": 600.0, "verify_window_s": 60.0, "poll_interval_s": 0.5, **(probe or {})},
+        "preflight": {"enabled": preflight},
+        "canary": {"enabled": False},
+    }, source=str(tmp_path / "ddtreed.toml"))
+
+
+class Loop:
+    """A daemon on a fake host, the events it emitted, and a stop after the first `stop_on` event."""
+
+    def __init__(self, tmp_path, behaviour, stop_on=Outcome, checks=None, **options):
+        self.clock = FakeClock()
+        self.host = FakeHost(behaviour, self.clock)
+        self.config = config_for(tmp_path, **options)
+        wiring = build(self.config, host=self.host, clock=self.clock, prober=self.host.prober,
+                       preflight_checks=checks)
+        self.daemon = Daemon(self.config, wiring=wiring, notifier=Notifier(None))
+        self.events: list[object] = []
+        self.daemon.subscribe(self._on_event)
+        self.stop_on = stop_on
+
+    def _on_event(self, event) -> None:
+        self.events.append(event)
+        if self.stop_on is not None and isinstance(event, self.stop_on):
+            self.daemon.request_stop()
+
+    def run(self) -> int:
+        return self.daemon.run()
+
+    @property
+    def outcomes(self) -> list[Outcome]:
+        return [event for event in self.events if isinstance(event, Outcome)]
+
+    def steps(self, incident_id: int) -> list[str]:
+        return [step["step"] for step in self.daemon.store.get(incident_id)["steps"]]
+
+    def incident(self, incident_id: int) -> dict:
+        return self.daemon.store.get(incident_id)
+
+
+def fixed_by(flag: str):
+    """A service that crashes with the founding traceback unless its argv carries `flag`."""
+    return lambda argv, env, start: healthy() if flag in argv else crashing()
+
+
+def test_crash_is_diagnosed_fixed_restarted_verified_and_resolved(tmp_path):
+    loop = Loop(tmp_path, fixed_by("--disable-cuda-graph"))
+    assert loop.run() == EXIT_OK
+    [outcome] = loop.outcomes
+    assert outcome.status == "resolved"
+    incident = loop.incident(outcome.incident_id)
+    assert incident["category"] == "cuda-graph-shape-mismatch"
+    assert incident["remediation_id"] == "disable-cuda-graph"
+    # the patch needs a site-packages the fake host has not: skipped, then the flag fix held
+    assert loop.steps(outcome.incident_id) == ["detected", "diagnosed", "skipped", "applied", "restarting",
+                                               "restarted", "healthy", "verified"]
+    [application] = incident["applications"]
+    assert application["status"] == "verified" and application["verified_at"] is not None
+    assert "--disable-cuda-graph" in loop.host.launches[-1] and len(loop.host.launches) == 2
+    history = loop.daemon.lifecycle.history
+    assert history[history.index("crashed"):] == ["crashed", "diagnosing", "remediating", "restarting",
+                                                  "starting", "verifying", "running", "stopping", "stopped"]
+    assert isinstance(loop.events[-2], Healthy)
+
+
+def test_a_fix_that_does_not_hold_is_reverted_and_the_next_one_tried(tmp_path):
+    def behaviour(argv, env, start):
+        if "DFLASH" in argv:
+            return healthy()
+        if "--disable-cuda-graph" in argv:  # up and healthy, then the same crash within the window
+            return Launch(crash_after_s=20.0, crash_lines=founding_traceback())
+        return crashing()
+
+    loop = Loop(tmp_path, behaviour)
+    assert loop.run() == EXIT_OK
+    [outcome] = loop.outcomes
+    assert outcome.status == "resolved"
+    steps = loop.steps(outcome.incident_id)
+    assert steps == ["detected", "diagnosed", "skipped", "applied", "restarting", "restarted", "failed",
+                     "reverted", "applied", "restarting", "restarted", "healthy", "verified"]
+    statuses = {a["remediation_id"]: a["status"] for a in loop.incident(outcome.incident_id)["applications"]}
+    assert statuses == {"disable-cuda-graph": "reverted", "ddtree-to-dflash": "verified"}
+    assert "--disable-cuda-graph" not in loop.host.launches[-1]  # the revert took the flag back out
+    failed = next(s for s in loop.incident(outcome.incident_id)["steps"] if s["step"] == "failed")
+    assert failed["data"]["stage"] == "window"
+    assert loop.daemon.store.degraded(loop.config.source)["step_id"] == "ddtree-to-dflash"
+
+
+def test_nothing_left_to_try_escalates_freezes_and_relaunches_unchanged(tmp_path):
+    loop = Loop(tmp_path, lambda argv, env, start: crashing(), stop_on=None, policy={"max_restarts": 4})
+    assert loop.run() == EXIT_GAVE_UP  # escalated, then crash-looped unchanged until the budget was spent
+    first = loop.outcomes[0]
+    assert first.status == "escalated"
+    incident = loop.incident(first.incident_id)
+    assert loop.steps(first.incident_id)[-1] == "escalated"
+    assert incident["frozen"] and [a["status"] for a in incident["applications"]] == ["reverted", "reverted"]
+    later = loop.outcomes[1:]
+    assert later and all(outcome.status == "open" for outcome in later)
+    assert all("frozen" in loop.incident(o.incident_id)["outcome"] for o in later)
+    assert loop.host.launches[-1] == FOUNDING_ARGV  # back to the launch that was configured
+    assert loop.daemon.board.current.state == "stopped"
+    assert "escalated" in loop.daemon.lifecycle.history
+
+
+def test_restart_budget_spent_gives_up_with_exit_3(tmp_path):
+    loop = Loop(tmp_path, lambda argv, env, start: crashing(), stop_on=None,
+                policy={"mode": "off", "max_restarts": 2, "backoff_initial_s": 2.0})
+    started = loop.clock.monotonic()
+    assert loop.run() == EXIT_GAVE_UP
+    assert len(loop.host.launches) == 3  # the start and two restarts
+    assert [o.status for o in loop.outcomes] == ["open", "open", "open"]
+    assert all("policy off" in loop.incident(o.incident_id)["outcome"] for o in loop.outcomes)
+    assert loop.clock.monotonic() - started >= 2.0 + 4.0  # the backoff doubled, in fake seconds
+    assert loop.daemon.lifecycle.history[-3:] == ["escalated", "stopping", "stopped"]
+
+
+def test_preflight_prevents_the_crash_before_the_first_launch(tmp_path):
+    def width_check(inputs):
+        yield Finding(check="ddtree-verify-width", severity=WOULD_CRASH, what="verify graph too narrow",
+                      why="8 wide, DDTree verifies 33", category="cuda-graph-shape-mismatch",
+                      remediations=("disable-cuda-graph",))
+
+    loop = Loop(tmp_path, fixed_by("--disable-cuda-graph"), stop_on=Healthy, preflight=True,
+                checks={"ddtree-verify-width": width_check})
+    assert loop.run() == EXIT_OK
+    assert loop.outcomes == [] and len(loop.host.launches) == 1
+    assert "--disable-cuda-graph" in loop.host.launches[0]
+    [incident] = loop.daemon.store.list_incidents()
+    assert incident["status"] == "prevented" and incident["source"] == "preflight"
+    assert loop.steps(incident["id"]) == ["detected", "diagnosed", "applied", "verified"]
+    assert [a["status"] for a in loop.incident(incident["id"])["applications"]] == ["verified"]
+    assert loop.daemon.lifecycle.history[:5] == ["starting", "preflight", "remediating", "starting", "running"]
+
+
+def test_a_refused_write_is_recorded_and_the_next_remediation_tried(tmp_path):
+    """An ApplyError/OSError from the engine is an `apply-failed` step, never the end of the daemon."""
+    loop = Loop(tmp_path, fixed_by("DFLASH"))
+    engine = loop.daemon.engine
+    real_apply = engine.apply
+
+    def refusing(plan, incident_id=None):
+        if plan.remediation_id == "disable-cuda-graph":
+            raise OSError(28, "No space left on device")
+        return real_apply(plan, incident_id=incident_id)
+
+    engine.apply = refusing
+    assert loop.run() == EXIT_OK
+    [outcome] = loop.outcomes
+    assert outcome.status == "resolved"
+    steps = loop.steps(outcome.incident_id)
+    assert steps[:4] == ["detected", "diagnosed", "skipped", "apply-failed"] and steps[-1] == "verified"
+
+
+def test_a_probe_failure_without_a_traceback_is_a_probe_failed_crash_rules_may_name(tmp_path):
+    loop = Loop(tmp_path, lambda argv, env, start: Launch(healthy=start > 1), policy={"mode": "off"})
+    assert loop.run() == EXIT_OK
+    [outcome] = loop.outcomes
+    incident = loop.incident(outcome.incident_id)
+    assert incident["tracebacks"][0]["kind"] == "probe-failed"
+    assert "probe failed" in incident["message"]
+
+
+def test_every_step_the_loop_wrote_is_in_the_vocabulary(tmp_path):
+    loop = Loop(tmp_path, fixed_by("DFLASH"))
+    loop.run()
+    written = {step["step"] for incident in loop.daemon.store.list_incidents()
+               for step in loop.daemon.store.get(incident["id"])["steps"]}
+    assert written and written <= set(STEPS)
+
+
+def test_an_illegal_transition_is_a_bug_that_raises():
+    seen = []
+    lifecycle = Lifecycle(lambda state, text: seen.append(state))
+    lifecycle.enter("preflight", "checks")
+    with pytest.raises(IllegalTransition, match="preflight -> running"):
+        lifecycle.enter("running", "serving")
+    lifecycle.enter("stopping", "bye")
+    lifecycle.enter("stopped", "bye")
+    with pytest.raises(IllegalTransition):
+        lifecycle.enter("starting", "again")
+    with pytest.raises(ValueError, match="daemon state must be one of"):
+        lifecycle.enter("dancing", "")
+    assert seen == ["preflight", "stopping", "stopped"]
+    assert all(allowed(state, "stopping") for state in DAEMON_STATES if state != "stopped")
+
+
+def test_crash_kinds_are_checked_at_write():
+    with pytest.raises(ValueError, match="crash kind must be one of"):
+        Crash(kind="segfault", exception=None, message="")
+    assert Crash(kind="probe-failed", exception=None, message="").kind == "probe-failed"
