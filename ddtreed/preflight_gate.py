@@ -14,7 +14,7 @@ from typing import Callable, Literal
 
 import structlog
 
-from .preflight import Finding
+from .preflight import Finding, run_preflight
 from .preflight.finding import CHECK_ERROR, WOULD_CRASH
 from .records import RuleMatch, Signature, Verdict
 from .remediation import Attempt, Plan
@@ -46,6 +46,30 @@ class GateResult:
     def prevented(self) -> list[int]:
         """Incidents whose fix was applied before launch; the first healthy start verifies them."""
         return [d.incident_id for d in self.decisions if d.action == "prevented" and d.incident_id is not None]
+
+
+def run_gate(loop) -> list[int]:
+    """Preflight until nothing blocks the launch; the incidents prevented (verified at the first
+    healthy start). `loop` is the daemon's public API: lifecycle, config, context, host, rules,
+    engine, store, launch, wiring, attempt(), wait(), reloads."""
+    prevented: list[int] = []
+    while True:
+        loop.lifecycle.enter("preflight", "preflight checks")
+        findings = run_preflight(loop.config, loop.context, loop.host, loop.rules, loop.engine,
+                                 checks=loop.wiring.preflight_checks)
+        result = decide(findings, mode=loop.config.policy.mode, store=loop.store, context=loop.context,
+                        try_fix=lambda incident_id, remediation_id: loop.attempt(remediation_id, incident_id),
+                        plan=lambda remediation_id: loop.engine.plan(remediation_id, loop.context,
+                                                                     env=loop.launch.env))
+        prevented += result.prevented
+        if not result.blocking:
+            return prevented
+        reasons = "; ".join(finding.what for finding in result.blocking)
+        loop.lifecycle.enter("blocked", f"launch blocked by preflight: {reasons}")
+        log.error("launch_blocked", findings=[f.check for f in result.blocking],
+                  hint="fix the cause and send SIGHUP, or drop the check from [preflight] block_on")
+        reloads = loop.reloads
+        loop.wait(BLOCKED_RECHECK_S, lambda seen=reloads: loop.reloads != seen)  # until the next SIGHUP
 
 
 def decide(findings: list[Finding], *, mode: str, store, context,

@@ -11,12 +11,14 @@ change is listed in docs/ARCHITECTURE.md ("Reload").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Mapping
+import os
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping, Sequence
 
 from .canary import Canary, PeriodicCanary
 from .clock import Clock, SystemClock
-from .config import Config
+from .config import Config, ConfigError, load
+from .context import service_context as context_of
 from .health import Prober
 from .host import Host, LocalHost
 from .incidents import Store, database_path
@@ -50,6 +52,18 @@ def remediations_dirs(config: Config) -> tuple[str, ...]:
     return tuple(config.paths.remediations_dirs) or (str(shipped("remediations")),)
 
 
+def catalog_for(config: Config | None, override: Sequence[str] | None = None) -> Catalog:
+    """The remediation catalog of `config` (or the shipped one), unless `override` names directories."""
+    return load_remediations(list(override) if override else
+                             remediations_dirs(config) if config is not None else [str(shipped("remediations"))])
+
+
+def engine_for(config: Config | None, state_dir: str, override: Sequence[str] | None = None) -> Engine:
+    """The engine `ddtreed remediate` uses: the same catalog, host and incident store as the daemon."""
+    host = service_host(config) if config is not None else LocalHost()
+    return Engine(host, state_dir, catalog_for(config, override))
+
+
 def service_host(config: Config) -> Host:
     """LocalHost, or the SshHost of `service.remote` (imports paramiko only then)."""
     if config.service.remote is None:
@@ -73,6 +87,22 @@ def build(config: Config, *, host: Host | None = None, store: Store | None = Non
     store = store or Store(database_path(config.paths.state_dir))
     return _assemble(config, host, store, rules, catalog, clock or SystemClock(), prober or Prober,
                      preflight_checks)
+
+
+def service_context(wiring: Wiring, argv: list[str]):
+    """The service's context (ddtreed.context) for this launch argv on the wiring's host."""
+    config = wiring.config
+    return context_of(replace(config, service=replace(config.service, argv=tuple(argv))), wiring.host)
+
+
+def reload_config(current: Config) -> Config:
+    """SIGHUP: the config file read again (ConfigError when it is bad or moves the service)."""
+    config = load(current.source) if os.path.exists(current.source) else current
+    config = replace(config, paths=replace(config.paths, state_dir=current.paths.state_dir))
+    if (config.service.remote, config.service.inventory) != (current.service.remote, current.service.inventory):
+        raise ConfigError(f"{config.source}: service.remote/inventory cannot change on reload "
+                          "(the service runs there now); restart ddtreed to move it")
+    return config
 
 
 def rebuild(old: Wiring, config: Config) -> Wiring:

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from ladder_helpers import Ladder
 from ddtreed.canary import Canary, canary_crash, result_from_dict
 from ddtreed.config import load
 from ddtreed.context import service_context
@@ -26,7 +27,7 @@ from ddtreed.health import Prober
 from ddtreed.host import LocalHost
 from ddtreed.incidents import Store
 from ddtreed.paths import shipped
-from ddtreed.remediation import Engine, Ladder, load_remediations
+from ddtreed.remediation import Engine, load_remediations
 from ddtreed.rules import load_rules
 
 pytestmark = pytest.mark.slow

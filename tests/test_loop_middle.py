@@ -220,3 +220,33 @@ def test_crash_kinds_are_checked_at_write():
     with pytest.raises(ValueError, match="crash kind must be one of"):
         Crash(kind="segfault", exception=None, message="")
     assert Crash(kind="probe-failed", exception=None, message="").kind == "probe-failed"
+
+
+def test_sighup_rebuilds_the_wiring_and_the_next_start_uses_the_new_launch(tmp_path):
+    import signal
+
+    from ddtreed.config import load
+    from ddtreed.demo import to_toml
+
+    tables = {"service": {"argv": FOUNDING_ARGV}, "preflight": {"enabled": False}, "canary": {"enabled": False},
+              "paths": {"log_dir": str(tmp_path / "logs"), "state_dir": str(tmp_path / "state")}}
+    path = tmp_path / "ddtreed.toml"
+    path.write_text(to_toml(tables))
+    loop = Loop(tmp_path, lambda argv, env, start: healthy(), stop_on=None)
+    loop.daemon.wiring = build(load(path), host=loop.host, clock=loop.clock, prober=loop.host.prober)
+    first = loop.daemon.wiring
+
+    def on_healthy(event):
+        if isinstance(event, Healthy):
+            path.write_text(to_toml({**tables, "service": {"argv": FOUNDING_ARGV + ["--enable-metrics"]},
+                                     "policy": {"max_restarts": 9}}))
+            loop.daemon.signals.put(signal.SIGHUP)
+            loop.daemon.request_stop()
+
+    loop.daemon.subscribe(on_healthy)
+    assert loop.run() == EXIT_OK
+    assert loop.daemon.reloads == 1 and loop.daemon.wiring is not first
+    assert loop.daemon.wiring.host is first.host and loop.daemon.wiring.store is first.store
+    assert loop.daemon.budget.max_restarts == 9 and loop.daemon.budget is not first.budget
+    assert loop.daemon.launch.argv[-1] == "--enable-metrics"  # used from the next (re)start
+    assert loop.host.launches == [FOUNDING_ARGV]

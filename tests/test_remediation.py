@@ -16,8 +16,9 @@ from ddtreed.host import LocalHost
 from ddtreed.incidents import DATABASE_NAME
 from ddtreed.paths import shipped
 from ddtreed.records import ServiceContext
-from ddtreed.remediation import ApplyError, Engine, Launch, RemediationError, attempt, load_remediations, revert
+from ddtreed.remediation import ApplyError, Engine, RemediationError, load_remediations
 from ddtreed.remediation import flags
+from ladder_helpers import Ladder
 from test_remediation_crash import DEMO_SOURCE, make_demo_site
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,36 +110,6 @@ def test_mem_fraction_steps_down_to_a_floor(engine):
     assert plan.launch.argv[-2:] == ("--mem-fraction-static", "0.75")
     floor = engine.plan("lower-mem-fraction-static", context(FOUNDING + ("--mem-fraction-static", "0.5")))
     assert not floor.applicable and "floor" in floor.reason
-
-
-class Ladder:
-    """A rule's remediation ids stepped down one at a time through the one `attempt()` (no incident)."""
-
-    def __init__(self, engine, remediation_ids, context):
-        self.engine, self.pending = engine, list(remediation_ids)
-        self.launch = Launch(list(context.argv))
-        self.version = context.sglang_version
-        self.applied, self.skipped = [], []
-
-    @property
-    def argv(self):
-        return tuple(self.launch.argv)
-
-    def step(self):
-        while self.pending:
-            remediation_id = self.pending.pop(0)
-            result = attempt(remediation_id, None, engine=self.engine, store=None, launch=self.launch,
-                             context=context(self.launch.argv, self.version))
-            if result.outcome == "skipped":
-                self.skipped.append((remediation_id, result.detail))
-                continue
-            self.applied.append(result.application)
-            return result.application, result
-        return None
-
-    def undo(self):
-        revert(self.applied.pop(), engine=self.engine, store=None, launch=self.launch)
-        return self.launch
 
 
 def test_ddtree_ladder_steps_down_and_undoes(engine):

@@ -71,27 +71,33 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _catalog(args, config=None):
-    from ..paths import shipped
-    from ..remediation import RemediationError, load_remediations
+    from ..remediation import RemediationError
+    from ..wiring import catalog_for
 
-    dirs = args.remediations_dir or (config and list(config.paths.remediations_dirs)) or [shipped("remediations")]
     try:
-        return load_remediations(dirs)
+        return catalog_for(config, args.remediations_dir)
     except RemediationError as error:
         raise CliError(str(error), exit_code=2) from None
 
 
 def _engine(args, config=None):
-    from ..host import LocalHost
-    from ..remediation import Engine
+    """The daemon's engine (wiring.engine_for): one catalog, one host, one incident store."""
+    from ..incidents import StoreError
+    from ..remediation import RemediationError
+    from ..wiring import engine_for
 
-    return Engine(LocalHost(), state_dir(args, config), _catalog(args, config))
+    try:
+        return engine_for(config, state_dir(args, config), args.remediations_dir)
+    except RemediationError as error:
+        raise CliError(str(error), exit_code=2) from None
+    except StoreError as error:
+        raise CliError(str(error)) from None
 
 
 def cmd_list(args) -> int:
     catalog = _catalog(args)
     rows = [{"id": r.id, "kind": r.kind, "title": r.title, "categories": list(r.categories),
-             "diagnostic": r.diagnostic, "layouts": [l.name for l in r.layouts]} for r in catalog]
+             "diagnostic": r.diagnostic, "layouts": [layout.name for layout in r.layouts]} for r in catalog]
     if args.json:
         print_json(rows)
         return 0
@@ -190,7 +196,9 @@ def cmd_revert(args) -> int:
 
 def cmd_status(args) -> int:
     engine = _engine(args)
-    entries = [e for e in engine.history() if args.all or e["status"] == "applied"]
+    from ..records import IN_PLACE
+
+    entries = [e for e in engine.history() if args.all or e["status"] in IN_PLACE]
     if args.json:
         print_json(entries)
         return 0
@@ -202,7 +210,7 @@ def cmd_status(args) -> int:
         where = entry["files"][0]["path"] if entry["files"] else "launch"
         state = entry["status"]
         for change in entry["files"]:
-            if change.get("current_sha256") != change["after_sha256"] and state == "applied":
+            if change.get("current_sha256") != change["after_sha256"] and state in IN_PLACE:
                 state = "applied (file changed since!)"
         after = entry["files"][0]["after_sha256"][:16] if entry["files"] else "-"
         rows.append([entry["application_id"], entry["remediation_id"], state, where, after])

@@ -55,7 +55,7 @@ def service_interpreter(config, host) -> str | None:
         return argv[0]
     script = argv[0] if os.path.isabs(argv[0]) else shutil.which(
         argv[0], path=config.service.env.get("PATH", os.environ.get("PATH")))
-    if script is None or getattr(host, "name", None) != "localhost" and not os.path.isabs(argv[0]):
+    if script is None or not getattr(host, "local", False) and not os.path.isabs(argv[0]):
         return None
     try:
         first = host.read_bytes(script)[:256].split(b"\n", 1)[0].decode("utf-8", "replace")

@@ -69,7 +69,7 @@ def probe_installation(python: str, host, cache_dir: str | None = None, *,
 
 def _mtime(host, path: str) -> str:
     """The interpreter's mtime: a rebuilt venv is a different installation."""
-    if getattr(host, "name", None) == "localhost":
+    if getattr(host, "local", False):
         try:
             return str(os.stat(path).st_mtime_ns)
         except OSError:
@@ -134,7 +134,7 @@ def version_in_site_packages(host, site_packages: str) -> str | None:
 
 
 def _list_dir(host, path: str) -> list[str]:
-    if getattr(host, "name", None) == "localhost":
+    if getattr(host, "local", False):
         try:
             return os.listdir(path)
         except OSError:

@@ -4,7 +4,8 @@ from .connection import DATABASE_NAME, StoreError, database_path
 from .migrations import MIGRATIONS
 from .state import APPLICATION_STATUSES, baseline_key
 from .store import Store
-from .timeline import SOURCES, STEPS
+from ..records import STEPS
+from .timeline import SOURCES
 
 __all__ = ["APPLICATION_STATUSES", "DATABASE_NAME", "MIGRATIONS", "SOURCES", "STEPS", "Store",
            "StoreError", "baseline_key", "database_path"]

@@ -6,12 +6,12 @@ import re
 import time
 from typing import Any, Mapping, Sequence
 
-from ..records import INCIDENT_STATUSES, STEPS, Crash, RuleMatch, ServiceContext, Signature
+from ..records import INCIDENT_STATUSES, Crash, RuleMatch, ServiceContext, Signature
 from . import encode
 from .base import StoreBase
 
 SOURCES = ("crash", "preflight", "canary")
-# STEPS (records) is the vocabulary the daemon writes; other lower-case names are accepted for new stages.
+# records.STEPS is the vocabulary the daemon writes; other lower-case names are accepted for new stages.
 _STEP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 _JSON_COLUMNS = {"params": {}, "ranks": [], "tracebacks": [], "context": {}, "remediations": []}
 SUMMARY_COLUMNS = ("id", "source", "service", "category", "rule_id", "title", "fingerprint",

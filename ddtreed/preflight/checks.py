@@ -30,7 +30,7 @@ class Inputs:
     def read_draft_config(self, path: str):
         if self.draft_config_reader is not None:
             return self.draft_config_reader(path)
-        if getattr(self.host, "name", None) == "localhost":
+        if getattr(self.host, "local", False):
             return read_local_draft_config(path)
         return host_draft_config_reader(self.host)(path)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..context.argv import is_boolean_flag, normalize_flag
+
 
 @dataclass(frozen=True)
 class Occurrence:
@@ -14,7 +16,10 @@ class Occurrence:
 
 
 def _takes_next(argv: list[str], index: int) -> bool:
-    """A following token is this flag's value unless it is itself a `--flag`."""
+    """A following token is this flag's value unless it is itself a `--flag` or the flag is a
+    switch: the same rule as the context parser (ddtreed.context.argv), so both read one argv alike."""
+    if is_boolean_flag(normalize_flag(argv[index])):
+        return False
     return index + 1 < len(argv) and not argv[index + 1].startswith("--")
 
 

@@ -1,0 +1,211 @@
+"""One incident, from the failed service to its outcome: record, diagnose, decide, remediate, verify.
+
+`handle_crash(loop, crashes, exit_status) -> Outcome` is the crash path. `loop` is the daemon
+seen through the `Loop` protocol below (its public API only). The policy decisions read top to
+bottom: a recurrence of a verified fix escalates; policy off / nothing known / frozen / advise
+relaunch unchanged; otherwise each remediation of the rule is tried through `attempt()` until one
+holds, and when none does the signature is frozen and a person is told.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+import structlog
+
+from .canary import canary_crash
+from .clock import Clock
+from .config import Config
+from .lifecycle import Lifecycle
+from .logsetup import incident_context
+from .records import Application, Crash, ExitStatus, Outcome, ServiceContext, Verdict
+from .remediation import Attempt, Engine, Launch
+from .rules import RuleSet
+
+log = structlog.get_logger(__name__)
+
+
+class Loop(Protocol):
+    """What the crash path needs from the daemon (ddtreed.daemon.Daemon provides it)."""
+
+    lifecycle: Lifecycle
+    store: Any  # the incident store (a DurableStore over incidents.Store)
+    launch: Launch
+    context: ServiceContext
+    wiring: Any  # ddtreed.wiring.Wiring
+    clock: Clock
+    service: Any  # ddtreed.service_run.ServiceRun
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def rules(self) -> RuleSet: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    def attempt(self, remediation_id: str, incident_id: int | None,
+                verify_with: Callable[[], Verdict] | None = None) -> Attempt: ...
+
+    def revert(self, application: Application, incident_id: int | None = None) -> bool: ...
+
+    def start_service(self, backoff: bool = True) -> bool: ...
+
+    def verify_start(self, window: bool) -> Verdict: ...
+
+    def refresh_context(self) -> ServiceContext: ...
+
+    def show_canary(self, result) -> None: ...
+
+    def prober(self): ...
+
+    def healthy(self, verdict: Verdict) -> None: ...
+
+    def stop_service(self, reason: str) -> ExitStatus | None: ...
+
+    def publish(self, **changes) -> None: ...
+
+
+
+def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus | None) -> Outcome:
+    """Record, diagnose, remediate: the incident's outcome (the loop relaunches unless resolved)."""
+    loop.lifecycle.enter("crashed", "service failed")
+    crashes = crashes or (synthetic_crash(exit_status, loop.clock.time()),)
+    loop.lifecycle.enter("diagnosing", "service failed: diagnosing")
+    diagnosis = loop.rules.diagnose(crashes, loop.context)
+    store = loop.store
+    # Recorded before anything else: the first complete traceback is an incident at once.
+    incident_id = store.open_incident(
+        "canary" if crashes[0].kind == "canary" else "crash", crashes, diagnosis.signature,
+        diagnosis.match, loop.context,
+        detected_at=min((c.detected_at for c in crashes if c.detected_at), default=None))
+    with incident_context(incident_id):
+        loop.stop_service("crash")
+        late = loop.service.drain()
+        if late:  # other ranks finished their tracebacks while the tree went down
+            crashes = crashes + late
+            diagnosis = loop.rules.diagnose(crashes, loop.context)
+            store.set_diagnosis(incident_id, crashes, diagnosis.signature, diagnosis.match)
+        match = diagnosis.match
+        log.error("incident_opened", category=match.category, rule=match.rule_id, diagnosis=match.diagnosis)
+        store.add_step(incident_id, "diagnosed", match.diagnosis or "no rule matched",
+                       {"rule_id": match.rule_id, "category": match.category,
+                        "remediations": list(match.remediations)})
+        loop.publish(current_incident_id=incident_id)
+        status = remediate(loop, incident_id, diagnosis.signature.fingerprint, list(match.remediations))
+        loop.publish(current_incident_id=None)
+    return Outcome(incident_id, status)
+
+
+def remediate(loop: Loop, incident_id: int, fingerprint: str, remediations: list[str]) -> str:
+    """Decide under the policy and try the rule's remediations; the incident's final status."""
+    store, policy = loop.store, loop.config.policy
+    remediations = remediations[: policy.max_remediations_per_incident]
+    if recurred_after_verified_fix(loop, incident_id, fingerprint):
+        return escalate(loop, incident_id, fingerprint, "the same crash came back after its fix was verified")
+    if policy.mode == "off" or not remediations:
+        return not_remediated(loop, incident_id, "policy off" if policy.mode == "off" else "no remediation known")
+    if store.is_frozen(fingerprint):
+        return not_remediated(loop, incident_id, "auto-remediation is frozen for this signature "
+                                                 f"(ddtreed remediate unfreeze {fingerprint})")
+    if policy.mode == "advise":
+        for remediation_id in remediations:
+            plan = loop.engine.plan(remediation_id, loop.context, env=loop.launch.env)
+            store.add_step(incident_id, "advised", f"would apply {remediation_id}: {plan.reason}",
+                           {"applicable": plan.applicable, "diff": plan.diff})
+        return not_remediated(loop, incident_id, "policy advise: nothing applied", status="advised")
+    for remediation_id in remediations:
+        result = loop.attempt(remediation_id, incident_id, lambda: restart_and_verify(loop, incident_id))
+        if result.outcome == "held":
+            store.finish(incident_id, "resolved", f"{remediation_id} held: {result.detail}")
+            remember_degraded(loop, result.application)
+            loop.healthy(result.verdict)
+            log.info("incident_resolved", remediation=remediation_id)
+            return "resolved"
+    return escalate(loop, incident_id, fingerprint, "no remediation left to try")
+
+
+def escalate(loop: Loop, incident_id: int, fingerprint: str, reason: str) -> str:
+    """Nothing left to try: freeze the signature and tell a person (the loop relaunches)."""
+    loop.store.freeze(fingerprint, reason, incident_id)
+    loop.store.add_step(incident_id, "escalated", f"{reason}; auto-remediation frozen for {fingerprint}")
+    loop.store.finish(incident_id, "escalated", reason)
+    loop.lifecycle.enter("escalated", f"escalated: needs a person (incident {incident_id})")
+    log.error("incident_escalated", reason=reason, hint=f"ddtreed incidents show {incident_id}")
+    return "escalated"
+
+
+def not_remediated(loop: Loop, incident_id: int, reason: str, status: str = "open") -> str:
+    loop.store.add_step(incident_id, "not-remediated", reason)
+    loop.store.finish(incident_id, status, reason)
+    return status
+
+
+def recurred_after_verified_fix(loop: Loop, incident_id: int, fingerprint: str) -> bool:
+    """The same signature after its fix was verified: undo that fix (the caller escalates)."""
+    previous = loop.store.verified_fix_for(fingerprint)
+    if previous is None:
+        return False
+    loop.store.add_step(incident_id, "recurred", f"the verified fix {previous['remediation_id']} "
+                                                 f"(incident {previous['incident_id']}) did not stick")
+    application = next((a for a in loop.engine.status() if a.application_id == previous["application_id"]), None)
+    if application is not None:
+        loop.revert(application, incident_id)
+    else:  # undone outside ddtreed (a reinstall, `remediate revert`): record it, or it recurs forever
+        loop.store.mark_application(previous["application_id"], "reverted")
+    return True
+
+
+def remember_degraded(loop: Loop, application: Application) -> None:
+    """A flag step of a degradation ladder is remembered, so `status` shows it and promote can undo it."""
+    if application.kind == "patch":
+        return
+    loop.store.set_degraded(loop.config.source, 1, application.remediation_id)
+    loop.publish(degraded={"remediations": [application.remediation_id], "since": loop.clock.time()})
+
+
+def restart_and_verify(loop: Loop, incident_id: int) -> Verdict:
+    """Restart with the launch as it is now (a fix just applied), then verify, window included."""
+    loop.lifecycle.enter("restarting", f"incident {incident_id}: restarting")
+    loop.store.add_step(incident_id, "restarting", " ".join(loop.launch.argv))
+    if not loop.start_service(backoff=False):
+        return Verdict(ok=False, detail="restart budget spent")
+    loop.store.add_step(incident_id, "restarted", f"pid {loop.service.pid}", {"argv": loop.launch.argv})
+    loop.lifecycle.enter("verifying", f"incident {incident_id}: verifying")
+    verdict = loop.verify_start(window=True)
+    loop.store.add_step(incident_id, "healthy" if verdict.ok else "failed", verdict.detail,
+                        {"accept_length": verdict.accept_length, "stage": verdict.stage})
+    return verdict
+
+
+def check_canary(loop: Loop, verdict: Verdict) -> Verdict:
+    """After every (re)start: greedy outputs against the goldens, acceptance against baseline."""
+    context = loop.refresh_context()  # a ladder step changed the algorithm or budget
+    result = loop.wiring.canary.check(loop.prober(), context)
+    loop.wiring.periodic_canary.reset()
+    loop.show_canary(result)
+    return canary_verdict(result, verdict)
+
+
+def synthetic_crash(exit_status: ExitStatus | None, now: float) -> Crash:
+    """A service that ended without any traceback still becomes an incident."""
+    detail = exit_status.describe() if exit_status else "stopped responding"
+    return Crash(kind="killed", exception=None, message=f"service {detail} without a traceback",
+                 exit_code=exit_status.code if exit_status else None, detected_at=now)
+
+
+def probe_crash(verdict: Verdict, now: float) -> Crash:
+    """A failed probe without any traceback, worded by its stage (rules may name `probe-failed`)."""
+    return Crash(kind="probe-failed", exception=None, message=verdict.detail, detected_at=now)
+
+
+def canary_verdict(result, verdict: Verdict) -> Verdict:
+    """A canary result as the verdict of the start it checked."""
+    if result.passed:
+        return verdict
+    if result.category is None:  # the requests themselves failed: a probe failure
+        return Verdict(False, f"canary could not run: {result.detail}", stage="canary",
+                       accept_length=verdict.accept_length)
+    return Verdict(False, f"canary failed ({result.category}): {result.detail}", (canary_crash(result),),
+                   accept_length=result.accept_length, stage="canary")
