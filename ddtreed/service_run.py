@@ -30,6 +30,7 @@ class ServiceRun:
         self.assembler = Assembler(eager=True)
         self.milestones = MilestoneTracker()
         self.follower = None
+        self._closed = False
         self._on_turn, self._on_progress = on_turn, on_progress
 
     @property
@@ -95,6 +96,7 @@ class ServiceRun:
         return self.supervisor.stop(reason)
 
     def close(self) -> None:
-        if self.follower is not None:
+        """Stop following the logs (the follower object stays, closed, for whoever inspects it)."""
+        if self.follower is not None and not self._closed:
             self.follower.close()
-            self.follower = None
+        self._closed = True
