@@ -88,6 +88,32 @@ def _application_engine_fields(db: sqlite_utils.Database) -> None:
     db.execute("UPDATE applications SET verified_at = updated_at WHERE status = 'verified'")
 
 
+def _scale(db: sqlite_utils.Database) -> None:
+    """What keeps a store of 100,000 incidents fast: the list's order and filter as indexes, and
+    the metrics totals kept by triggers in `incident_counts` (a scrape reads a few rows instead of
+    grouping the whole table). The triggers see every write path, the CLI's included."""
+    db["incidents"].create_index(["started_at", "id"], index_name="incidents_started")
+    db["incidents"].create_index(["status", "started_at", "id"], index_name="incidents_status_started")
+    db.execute("CREATE TABLE incident_counts (category TEXT NOT NULL, status TEXT NOT NULL, "
+               "outcome TEXT NOT NULL, count INTEGER NOT NULL, "
+               "PRIMARY KEY (category, status, outcome)) WITHOUT ROWID")
+    db.execute("INSERT INTO incident_counts SELECT category, status, COALESCE(outcome, ''), "
+               "COUNT(*) FROM incidents GROUP BY category, status, COALESCE(outcome, '')")
+    add = ("INSERT INTO incident_counts VALUES ({row}.category, {row}.status, "
+           "COALESCE({row}.outcome, ''), 1) ON CONFLICT (category, status, outcome) "
+           "DO UPDATE SET count = count + 1;")
+    remove = ("UPDATE incident_counts SET count = count - 1 WHERE category = {row}.category "
+              "AND status = {row}.status AND outcome = COALESCE({row}.outcome, ''); "
+              "DELETE FROM incident_counts WHERE count <= 0;")
+    db.execute("CREATE TRIGGER incident_counts_insert AFTER INSERT ON incidents BEGIN "
+               + add.format(row="NEW") + " END")
+    db.execute("CREATE TRIGGER incident_counts_delete AFTER DELETE ON incidents BEGIN "
+               + remove.format(row="OLD") + " END")
+    db.execute("CREATE TRIGGER incident_counts_update AFTER UPDATE OF category, status, outcome "
+               "ON incidents BEGIN " + remove.format(row="OLD") + " " + add.format(row="NEW")
+               + " END")
+
+
 # Append only: a released migration is never edited or reordered, only followed by new ones.
 MIGRATIONS: tuple[tuple[str, Migration], ...] = (
     ("0001_incidents_and_steps", _incidents),
@@ -98,6 +124,7 @@ MIGRATIONS: tuple[tuple[str, Migration], ...] = (
     ("0006_degraded_state", _degraded),
     ("0007_canary_runs", _canary_runs),
     ("0008_application_engine_fields", _application_engine_fields),
+    ("0009_scale_indexes_and_counts", _scale),
 )
 
 

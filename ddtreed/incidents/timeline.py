@@ -115,15 +115,19 @@ class IncidentsMixin(StoreBase):
                    frozen=frozen, durations=durations(row, steps))
         return _with_duration(row)
 
-    def prune(self, keep: int = 1000) -> int:
-        """Delete the oldest closed incidents beyond the newest `keep` (a crash loop must not fill
-        the disk); incidents an application refers to are kept with their patch hashes."""
+    def prune(self, keep: int = 1000, max_age_s: float | None = None,
+              now: float | None = None) -> int:
+        """Delete closed incidents beyond the newest `keep`, and (with `max_age_s`) closed ones
+        that started longer ago than that, so a crash loop cannot fill the disk. Open incidents,
+        and incidents an application refers to (their patch hashes), are always kept."""
+        cutoff = None if max_age_s is None else (time.time() if now is None else now) - max_age_s
         with self.atomic() as db:
             doomed = [row[0] for row in db.execute(
                 "SELECT id FROM incidents WHERE status != 'open' AND id NOT IN "
                 "(SELECT incident_id FROM applications WHERE incident_id IS NOT NULL) "
-                "AND id NOT IN (SELECT id FROM incidents ORDER BY started_at DESC, id DESC LIMIT ?)",
-                [int(keep)]).fetchall()]
+                "AND (id NOT IN (SELECT id FROM incidents ORDER BY started_at DESC, id DESC LIMIT ?)"
+                " OR started_at < ?)",
+                [int(keep), -1e300 if cutoff is None else cutoff]).fetchall()]
             for start in range(0, len(doomed), 500):  # SQLite caps the number of parameters
                 chunk = doomed[start:start + 500]
                 marks = ", ".join("?" * len(chunk))
