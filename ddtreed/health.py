@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import socket
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Callable
 
 import structlog
 
+from . import httpclient
+from .httpclient import count, json_object, number
 from .records import HealthResult, LogChunk, Milestone
 
 log = structlog.get_logger(__name__)
@@ -92,11 +90,18 @@ def _message(line: str) -> str:
 
 
 class Prober:
-    """HTTP probes of one service. A `deadline` is an absolute time on `clock`: a shared budget."""
+    """HTTP probes of one service. A `deadline` is an absolute time on `clock`: a shared budget.
 
-    def __init__(self, base_url: str, clock: Callable[[], float] = time.monotonic):
+    Every request goes straight to the service (proxy variables are ignored), under the whole
+    deadline, with the answer capped; `interrupted()` (e.g. "a stop was requested") ends a probe
+    within a fraction of a second. Malformed answers are failed probes, never exceptions.
+    """
+
+    def __init__(self, base_url: str, clock: Callable[[], float] = time.monotonic,
+                 interrupted: Callable[[], bool] | None = None):
         self.base_url = base_url.rstrip("/")
         self._clock = clock
+        self.interrupted = interrupted
 
     def deadline_in(self, seconds: float) -> float:
         return self._clock() + seconds
@@ -108,7 +113,7 @@ class Prober:
         path = "/health_generate"
         if status == 404:
             path = "/health"
-            status, body, error = self._request("GET", path, None, deadline)
+            status, _body, error = self._request("GET", path, None, deadline)
         ok = status == 200
         detail = f"{path}: HTTP {status}" if status is not None else f"{path}: {error}"
         return HealthResult(ok=ok, stage="health", detail=detail, elapsed_s=self._clock() - started)
@@ -123,36 +128,32 @@ class Prober:
         if status != 200:
             detail = f"/generate: HTTP {status}: {_snippet(body)}" if status else f"/generate: {error}"
             return HealthResult(ok=False, stage="generate", detail=detail, elapsed_s=elapsed)
-        try:
-            answer = json.loads(body)
-            meta = answer.get("meta_info") or {}
-            text = answer.get("text")
-        except (ValueError, AttributeError):
+        answer, why = json_object(body)
+        meta = (answer.get("meta_info") or {}) if answer is not None else None
+        if answer is not None and not isinstance(meta, dict):
+            answer, why = None, f"meta_info is {type(meta).__name__}, not an object"
+        if answer is None:
             return HealthResult(ok=False, stage="generate", elapsed_s=elapsed,
-                                detail=f"/generate: not a JSON object: {_snippet(body)}")
-        tokens = meta.get("completion_tokens")
-        accept = meta.get("spec_accept_length")
-        ok = isinstance(text, str) and isinstance(tokens, int) and tokens > 0
-        detail = f"/generate: {tokens} tokens" + (f", accept length {accept:.2f}"
-                                                  if isinstance(accept, (int, float)) else "")
+                                detail=f"/generate: {why}: {_snippet(body, 120)}")
+        text = answer.get("text") if isinstance(answer.get("text"), str) else None
+        tokens = count(meta.get("completion_tokens"))
+        accept = number(meta.get("spec_accept_length"))
+        ok = text is not None and tokens is not None and tokens > 0
+        detail = f"/generate: {tokens} tokens" + (f", accept length {accept:.2f}" if accept is not None else "")
         return HealthResult(ok=ok, stage="generate", detail=detail if ok else
                             f"/generate: no output tokens in {_snippet(body)}",
-                            accept_length=float(accept) if isinstance(accept, (int, float)) else None,
-                            output_text=text if isinstance(text, str) else None,
-                            completion_tokens=tokens if isinstance(tokens, int) else None,
+                            accept_length=accept, output_text=text, completion_tokens=tokens,
                             elapsed_s=elapsed)
 
     def server_info(self, deadline: float) -> dict[str, Any] | None:
         """GET /server_info (older servers: /get_server_info); None when neither answers."""
         for path in ("/server_info", "/get_server_info"):
-            status, body, error = self._request("GET", path, None, deadline)
+            status, _body, error = self._request("GET", path, None, deadline)
             if status == 200:
-                try:
-                    info = json.loads(body)
-                except ValueError:
-                    log.warning("probe.bad_server_info", path=path, body=_snippet(body))
-                    return None
-                return info if isinstance(info, dict) else None
+                info, why = json_object(body)
+                if info is None:
+                    log.warning("probe.bad_server_info", path=path, problem=why, body=_snippet(body))
+                return info
             if status != 404:
                 log.debug("probe.server_info_failed", path=path, status=status, error=error)
                 return None
@@ -160,26 +161,16 @@ class Prober:
 
     def _request(self, method: str, path: str, payload: Any,
                  deadline: float) -> tuple[int | None, bytes, str]:
-        return request(self.base_url, method, path, payload, deadline, self._clock)
+        return request(self.base_url, method, path, payload, deadline, self._clock,
+                       interrupted=self.interrupted)
 
 
 def request(base_url: str, method: str, path: str, payload: Any, deadline: float,
-            clock: Callable[[], float] = time.monotonic) -> tuple[int | None, bytes, str]:
-    """(HTTP status or None, body, error text); the timeout is whatever budget is left."""
-    remaining = deadline - clock()
-    if remaining <= 0:
-        return None, b"", "deadline passed before the request"
-    data = None if payload is None else json.dumps(payload).encode()
-    call = urllib.request.Request(base_url.rstrip("/") + path, data=data, method=method,
-                                  headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(call, timeout=remaining) as response:
-            return response.status, response.read(), ""
-    except urllib.error.HTTPError as error:
-        return error.code, error.read(), ""
-    except (urllib.error.URLError, socket.timeout, ConnectionError, TimeoutError) as error:
-        reason = getattr(error, "reason", error)
-        return None, b"", f"{type(reason).__name__}: {reason}"
+            clock: Callable[[], float] = time.monotonic,
+            interrupted: Callable[[], bool] | None = None) -> tuple[int | None, bytes, str]:
+    """(HTTP status or None, body, error text): straight to the service, by `deadline` as a whole."""
+    answer = httpclient.request(base_url, method, path, payload, deadline, clock, interrupted=interrupted)
+    return answer.status, answer.body, answer.error
 
 
 def _snippet(body: bytes, limit: int = 200) -> str:

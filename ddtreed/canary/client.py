@@ -1,13 +1,16 @@
-"""The canary's HTTP calls: a greedy /generate that keeps the token ids, and the service's load."""
+"""The canary's HTTP calls: a greedy /generate that keeps the token ids, and the service's load.
+
+Both go straight to the service through `health.request` (no proxy, one deadline, capped body).
+"""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass, field
 
 from ..health import request
+from ..httpclient import count, json_object, number
 
 # Prometheus gauges SGLang exports with --enable-metrics; their sum is the service's load.
 _LOAD_GAUGES = re.compile(r"^sglang:num_(?:running|queue)_reqs(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
@@ -37,19 +40,19 @@ def generate(base_url: str, prompt: str, max_new_tokens: int, deadline: float) -
     if status != 200:
         why = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}" if status else error
         return Generation(elapsed_s=elapsed, error=f"/generate: {why}")
-    try:
-        answer = json.loads(body)
-        meta = answer.get("meta_info") or {}
-    except (ValueError, AttributeError):
-        return Generation(elapsed_s=elapsed, error="/generate: not a JSON object")
+    answer, why = json_object(body)
+    meta = (answer.get("meta_info") or {}) if answer is not None else None
+    if answer is not None and not isinstance(meta, dict):
+        answer, why = None, f"meta_info is {type(meta).__name__}, not an object"
+    if answer is None:
+        return Generation(elapsed_s=elapsed, error=f"/generate: {why}")
     ids = answer.get("output_ids")
-    accept = meta.get("spec_accept_length")
-    tokens = meta.get("completion_tokens")
+    text = answer.get("text")
     return Generation(
-        text=answer.get("text") if isinstance(answer.get("text"), str) else None,
-        ids=[int(i) for i in ids] if isinstance(ids, list) and all(isinstance(i, int) for i in ids) else [],
-        accept_length=float(accept) if isinstance(accept, (int, float)) else None,
-        completion_tokens=tokens if isinstance(tokens, int) else None, elapsed_s=elapsed)
+        text=text if isinstance(text, str) else None,
+        ids=list(ids) if isinstance(ids, list) and all(count(i) is not None for i in ids) else [],
+        accept_length=number(meta.get("spec_accept_length")),
+        completion_tokens=count(meta.get("completion_tokens")), elapsed_s=elapsed)
 
 
 def service_load(base_url: str, deadline: float) -> int | None:
