@@ -148,7 +148,7 @@ class Prober:
     def server_info(self, deadline: float) -> dict[str, Any] | None:
         """GET /server_info (older servers: /get_server_info); None when neither answers."""
         for path in ("/server_info", "/get_server_info"):
-            status, _body, error = self._request("GET", path, None, deadline)
+            status, body, error = self._request("GET", path, None, deadline)
             if status == 200:
                 info, why = json_object(body)
                 if info is None:
