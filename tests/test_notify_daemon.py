@@ -103,10 +103,11 @@ def test_daemon_under_a_service_manager(tmp_path):
     assert messages.count("WATCHDOG=1") >= 2
     assert messages.index("STOPPING=1") > messages.index(next(s for s in statuses if s.startswith("STATUS=serving")))
 
-    assert "ddtreed_service_up 1\n" in metrics
-    assert 'ddtreed_state{state="running"} 1\n' in metrics
-    assert 'ddtreed_incidents_total{category="cuda-graph-shape-mismatch"} 1\n' in metrics
-    assert 'ddtreed_remediations_total{action="applied"} 1\n' in metrics
+    assert "ddtreed_service_up 1.0\n" in metrics
+    assert 'ddtreed_state{state="running"} 1.0\n' in metrics
+    assert 'ddtreed_incidents_total{category="cuda-graph-shape-mismatch"} 1.0\n' in metrics
+    assert "ddtreed_remediations_applied_total 1.0\n" in metrics
+    assert "ddtreed_last_healthy_probe_timestamp_seconds " in metrics
 
     assert running.returncode == 0, running.stderr
     report = json.loads(running.stdout)
