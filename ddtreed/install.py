@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import paths
+from . import paths, unitfile
 from .config import ConfigError, from_mapping
 
 TEMPLATE_UNIT = "ddtreed@.service"
@@ -103,6 +103,7 @@ def unit_text(user: str | None = None) -> str:
     except OSError as error:
         raise InstallError(f"{source}: cannot read the shipped unit: {error.strerror}") from None
     text = text.replace("ExecStart=/usr/local/bin/ddtreed ", f"ExecStart={ddtreed_command()} ", 1)
+    text = unitfile.for_systemd(text, unitfile.systemd_version())  # Type=notify-reload on 253+
     if user:
         # Without User= the unit runs as root, which patching a root-owned venv needs.
         text = text.replace("[Service]\n", f"[Service]\nUser={user}\n", 1)
