@@ -255,8 +255,10 @@ def test_deadline_slow_hosts_never_stall_the_rest(fleet):
 def test_proxy_jump_through_the_healthy_host(fleet, tmp_path):
     port = fleet.servers["healthy"].port
     ssh_config = tmp_path / "ssh_config"
-    ssh_config.write_text(f"Host behind\n  HostName 127.0.0.1\n  Port {port}\n"
-                          f"  ProxyJump root@127.0.0.1:{port}\n")
+    # The hop by an alias of its own: OpenSSH refuses a ProxyJump naming the target's own
+    # address and port ("jumphost loop"), and ddtreed resolves hosts as OpenSSH does.
+    ssh_config.write_text(f"Host behind\n  HostName 127.0.0.1\n  Port {port}\n  ProxyJump root@jump\n"
+                          f"Host jump\n  HostName 127.0.0.1\n  Port {port}\n")
     inventory = load_inventory(fleet.inventory(tmp_path / "inv.toml", defaults={"ssh_config": str(ssh_config)},
                                                extra_hosts='\n[[host]]\nname = "behind"\n'))
     log = fleet.servers["healthy"].log

@@ -1,11 +1,15 @@
-"""SSH connections for the fleet: ~/.ssh/config, agent, ProxyJump, strict host keys, quoted exec."""
+"""SSH connections for the fleet: hosts resolved by OpenSSH (`ssh -G`), agent, ProxyJump and
+ProxyCommand, strict host keys (the inventory's, the config's and the global known_hosts), quoted exec."""
 
 from __future__ import annotations
 
 import os
+import re
 import select
 import shlex
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -45,7 +49,7 @@ class FleetError(OSError):
 
 @dataclass(frozen=True)
 class Target:
-    """Where and as whom to connect, after ~/.ssh/config and the inventory are merged."""
+    """Where and as whom to connect, after the inventory and OpenSSH's own resolution are merged."""
 
     alias: str
     hostname: str
@@ -53,31 +57,135 @@ class Target:
     user: str
     identity_files: tuple[str, ...]
     proxy_jump: str | None
+    proxy_command: str | None = None  # with %h %p %r %n %% already expanded
+    known_hosts_files: tuple[str, ...] = ()  # UserKnownHostsFile, then GlobalKnownHostsFile
+    accept_new: bool = False  # StrictHostKeyChecking accept-new in the ssh config
+
+
+SSH = "ssh"
+SYSTEM_SSH_CONFIG = "/etc/ssh/ssh_config"
+_USER_SSH_CONFIG = "~/.ssh/config"
+_RESOLVED: dict[tuple, dict[str, list[str]]] = {}  # `ssh -G` answers, once per host and config
+_RESOLVED_LOCK = threading.Lock()
 
 
 def resolve(entry: HostEntry, hop: str | None = None) -> Target:
-    """Per-host inventory keys win, then ~/.ssh/config, then inventory [defaults], then ssh's own.
+    """Per-host inventory keys win, then the ssh config, then inventory [defaults], then ssh's own.
 
+    The ssh config is read by OpenSSH itself (`ssh -G`), so Include, Match, HostName tokens,
+    ProxyCommand, ProxyJump, UserKnownHostsFile and the system-wide /etc/ssh/ssh_config (when
+    the inventory's ssh_config is the user's default ~/.ssh/config) mean what they mean to `ssh`.
     `hop` is a ProxyJump spec (`user@host:port`): the inventory's per-host keys don't apply to it.
     """
     alias = hop or entry.address
     user, host, port = _strip_user_port(alias)
-    found = _ssh_config(entry.ssh_config).lookup(host)
     explicit = hop is None
-    identity = entry.identity_file if explicit else None
+    if explicit:
+        user, port = entry.user or user, entry.port or port
+    if shutil.which(SSH) is None:
+        return _resolve_with_paramiko(entry, hop)
+    found = _ssh_g(entry, host, user, port)
+
+    def first(key: str, default: str | None = None) -> str | None:
+        return found.get(key, [default])[0]
+
+    hostname = first("hostname", host) or host
+    port_value = int(first("port", "22") or 22)
+    user_value = first("user") or _local_user()
+    identities = [path for path in found.get("identityfile", []) if path not in _default_identities()]
+    if explicit and entry.identity_file:
+        identities = [entry.identity_file]
+    elif not identities and entry.default_identity_file:
+        identities = [entry.default_identity_file]
+    jump = first("proxyjump", "none") or "none"
+    command = first("proxycommand", "none") or "none"
+    known = [os.path.expanduser(entry.known_hosts)]  # the inventory's: where accept-new writes
+    for key in ("userknownhostsfile", "globalknownhostsfile"):
+        for value in found.get(key, []):
+            for path in value.split():
+                if path.lower() != "none" and os.path.expanduser(path) not in known:
+                    known.append(os.path.expanduser(path))
     return Target(
-        alias=alias,
-        hostname=found.get("hostname", host),
-        port=int((entry.port if explicit else None) or port or found.get("port") or entry.default_port or 22),
-        user=(entry.user if explicit else None) or user or found.get("user") or entry.default_user
-        or _local_user(),
-        identity_files=tuple(
-            [identity] if identity else found.get("identityfile") or (
-                [entry.default_identity_file] if entry.default_identity_file else [])),
+        alias=alias, hostname=hostname, port=port_value, user=user_value,
+        identity_files=tuple(os.path.expanduser(path) for path in identities),
         # A hop's own ProxyJump is not followed: chains are written as one comma list.
-        proxy_jump=None if not explicit or found.get("proxyjump", "none").lower() == "none"
-        else found["proxyjump"],
+        proxy_jump=None if not explicit or jump.lower() == "none" else jump,
+        # OpenSSH takes whichever of ProxyJump and ProxyCommand came first; -G shows that one.
+        proxy_command=None if command.lower() == "none" or (explicit and jump.lower() != "none")
+        else _expand_proxy_command(command, hostname, port_value, user_value, host),
+        known_hosts_files=tuple(known),
+        accept_new=(first("stricthostkeychecking", "") or "").lower() == "accept-new",
     )
+
+
+def _ssh_g(entry: HostEntry, host: str, user: str | None, port: int | None) -> dict[str, list[str]]:
+    """`ssh -G` for one host: the inventory's [defaults] go last, so the config's values win."""
+    config = os.path.expanduser(entry.ssh_config)
+    key = (config, host, user, port, entry.default_user, entry.default_port, _mtime(config))
+    with _RESOLVED_LOCK:
+        if key in _RESOLVED:
+            return _RESOLVED[key]
+    lines = [f'Include "{config}"']
+    if os.path.abspath(config) == os.path.abspath(os.path.expanduser(_USER_SSH_CONFIG)):
+        lines.append(f'Include "{SYSTEM_SSH_CONFIG}"')  # what plain `ssh` reads second
+    defaults = [f"  User {entry.default_user}" if entry.default_user else "",
+                f"  Port {entry.default_port}" if entry.default_port else ""]
+    if any(defaults):
+        lines += ["Host *", *[line for line in defaults if line]]
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", prefix="ddtreed-ssh-", suffix=".conf") as handle:
+        handle.write("\n".join(lines) + "\n")
+        handle.flush()
+        argv = [SSH, "-G", "-F", handle.name]
+        argv += ["-l", user] if user else []
+        argv += ["-p", str(port)] if port else []
+        try:
+            done = subprocess.run([*argv, "--", host], capture_output=True, text=True, timeout=30,
+                                  stdin=subprocess.DEVNULL, check=False)
+        except (OSError, subprocess.SubprocessError) as error:
+            raise FleetError(UNREACHABLE, f"{host}: ssh -G failed: {error}") from None
+    if done.returncode != 0:
+        problem = " ".join(done.stderr.replace(handle.name, "<ddtreed>").split())[:300]
+        raise FleetError(UNREACHABLE, f"{host}: {entry.ssh_config}: OpenSSH refused the config: {problem}")
+    found: dict[str, list[str]] = {}
+    for line in done.stdout.splitlines():
+        name, _, value = line.partition(" ")
+        found.setdefault(name.lower(), []).append(value.strip())
+    with _RESOLVED_LOCK:
+        _RESOLVED[key] = found
+    return found
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+_DEFAULT_IDENTITIES: set[str] | None = None
+
+
+def _default_identities() -> set[str]:
+    """The identity files ssh lists when none is configured (~/.ssh/id_rsa, id_ed25519, …)."""
+    global _DEFAULT_IDENTITIES
+    if _DEFAULT_IDENTITIES is None:
+        try:
+            done = subprocess.run([SSH, "-G", "-F", "/dev/null", "--", "ddtreed.invalid"],
+                                  capture_output=True, text=True, timeout=30,
+                                  stdin=subprocess.DEVNULL, check=False)
+            _DEFAULT_IDENTITIES = {line.split(" ", 1)[1] for line in done.stdout.splitlines()
+                                   if line.startswith("identityfile ")}
+        except (OSError, subprocess.SubprocessError):
+            _DEFAULT_IDENTITIES = set()
+    return _DEFAULT_IDENTITIES
+
+
+def _expand_proxy_command(command: str, hostname: str, port: int, user: str, alias: str) -> str:
+    """OpenSSH's tokens in ProxyCommand: %h host, %p port, %r user, %n the name as given, %% a %."""
+    tokens = {"h": hostname, "p": str(port), "r": user, "n": alias, "%": "%"}
+    return re.sub(r"%(.)", lambda match: tokens.get(match.group(1), match.group(0)), command)
 
 
 def _strip_user_port(spec: str) -> tuple[str | None, str, int | None]:
@@ -90,11 +198,28 @@ def _strip_user_port(spec: str) -> tuple[str | None, str, int | None]:
     return user or None, host, port
 
 
-def _ssh_config(path: str) -> paramiko.SSHConfig:
-    expanded = os.path.expanduser(path)
-    if os.path.isfile(expanded):
-        return paramiko.SSHConfig.from_path(expanded)
-    return paramiko.SSHConfig()
+def _resolve_with_paramiko(entry: HostEntry, hop: str | None) -> Target:
+    """Without an `ssh` binary: paramiko's parser (no Include, no Match exec, no ProxyCommand)."""
+    alias = hop or entry.address
+    user, host, port = _strip_user_port(alias)
+    expanded = os.path.expanduser(entry.ssh_config)
+    parsed = paramiko.SSHConfig.from_path(expanded) if os.path.isfile(expanded) else paramiko.SSHConfig()
+    found = parsed.lookup(host)
+    explicit = hop is None
+    identity = entry.identity_file if explicit else None
+    return Target(
+        alias=alias,
+        hostname=found.get("hostname", host),
+        port=int((entry.port if explicit else None) or port or found.get("port") or entry.default_port or 22),
+        user=(entry.user if explicit else None) or user or found.get("user") or entry.default_user
+        or _local_user(),
+        identity_files=tuple(
+            [identity] if identity else found.get("identityfile") or (
+                [entry.default_identity_file] if entry.default_identity_file else [])),
+        proxy_jump=None if not explicit or found.get("proxyjump", "none").lower() == "none"
+        else found["proxyjump"],
+        known_hosts_files=(entry.known_hosts, "/etc/ssh/ssh_known_hosts"),
+    )
 
 
 def _local_user() -> str:
@@ -139,9 +264,13 @@ def connect(entry: HostEntry, accept_new: bool = False, timeout: float | None = 
     timeout = min(timeout or entry.connect_timeout_s, entry.connect_timeout_s)
     jumps = [] if jumps is None else jumps
     sock = None
+    if target.proxy_command and not target.proxy_jump:
+        sock = _proxy_command(target)
     if target.proxy_jump:
         # Each hop is authenticated and host-key checked like any host; the last one forwards to us.
         hops = [resolve(entry, hop.strip()) for hop in target.proxy_jump.split(",") if hop.strip()]
+        if hops and hops[0].proxy_command:
+            sock = _proxy_command(hops[0])  # the first hop may itself be reached by a command
         for hop, following in zip(hops, hops[1:] + [target]):
             jump = _authenticate(entry, hop, accept_new, timeout, sock)
             jumps.append(jump)
@@ -155,7 +284,15 @@ def _authenticate(entry: HostEntry, target: Target, accept_new: bool, timeout: f
     known_hosts = os.path.expanduser(entry.known_hosts)
     if os.path.isfile(known_hosts):
         client.load_host_keys(known_hosts)
-    client.set_missing_host_key_policy(_AcceptNew(known_hosts) if accept_new else _Refuse())
+    # The ssh config's UserKnownHostsFile and the global /etc/ssh/ssh_known_hosts: read, never written.
+    for path in target.known_hosts_files:
+        if path != known_hosts and os.path.isfile(path):
+            try:
+                client.load_system_host_keys(path)
+            except (OSError, paramiko.SSHException) as error:
+                log.warning("fleet.known_hosts_unreadable", path=path, error=str(error))
+    strict = not (accept_new or target.accept_new)  # changed keys are refused either way
+    client.set_missing_host_key_policy(_Refuse() if strict else _AcceptNew(known_hosts))
     try:
         client.connect(
             target.hostname, port=target.port, username=target.user,
@@ -169,6 +306,13 @@ def _authenticate(entry: HostEntry, target: Target, accept_new: bool, timeout: f
     log.debug("fleet.connected", host=entry.name, address=target.hostname, port=target.port,
               user=target.user)
     return client
+
+
+def _proxy_command(target: Target) -> paramiko.ProxyCommand:
+    try:
+        return paramiko.ProxyCommand(target.proxy_command)
+    except (OSError, paramiko.SSHException) as error:
+        raise FleetError(UNREACHABLE, f"{target.alias}: ProxyCommand failed: {error}") from None
 
 
 def _open_direct(jump: paramiko.SSHClient, target: Target, timeout: float) -> paramiko.Channel:
