@@ -89,6 +89,18 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class NotifyConfig:
+    """Hooks run on escalation, give-up, silent corruption, recurrence (see notify.Hooks)."""
+
+    webhook: str | None = None  # POST the JSON here
+    command: tuple[str, ...] = ()  # run this, the JSON on stdin
+    timeout_s: float = 10.0  # per attempt
+    retries: int = 2  # after the first attempt; delays double from retry_delay_s
+    retry_delay_s: float = 2.0
+    events: tuple[str, ...] = ()  # empty: all of notify.EVENTS
+
+
+@dataclass(frozen=True)
 class Config:
     service: ServiceConfig
     paths: PathsConfig = PathsConfig()
@@ -97,6 +109,7 @@ class Config:
     preflight: PreflightConfig = PreflightConfig()
     canary: CanaryConfig = CanaryConfig()
     metrics: MetricsConfig = MetricsConfig()
+    notify: NotifyConfig = NotifyConfig()
     source: str = "<memory>"
 
     @property
@@ -115,6 +128,7 @@ _SECTIONS = {
     "preflight": PreflightConfig,
     "canary": CanaryConfig,
     "metrics": MetricsConfig,
+    "notify": NotifyConfig,
 }
 
 
@@ -254,3 +268,10 @@ def _check(config: Config) -> None:
         raise ConfigError(f"{source}: policy.backoff_max_s must be >= policy.backoff_initial_s")
     if not 0 < config.probe.accept_baseline_fraction <= 1:
         raise ConfigError(f"{source}: probe.accept_baseline_fraction must be in (0, 1]")
+    from .notify import check_hooks
+
+    hooks = config.notify
+    problem = check_hooks(hooks.webhook, hooks.command, hooks.timeout_s, hooks.retries,
+                          hooks.retry_delay_s, hooks.events)
+    if problem:
+        raise ConfigError(f"{source}: {problem}")

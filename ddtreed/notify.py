@@ -1,16 +1,26 @@
-"""sd_notify: tell systemd that ddtreed is ready, what it is doing, and that its loop is alive.
+"""Tell others: systemd (sd_notify: ready, status, watchdog) and people (hooks: webhook, command).
 
-The protocol is one datagram of `KEY=value` lines to the AF_UNIX socket named in $NOTIFY_SOCKET
+The sd_notify protocol is one datagram of `KEY=value` lines to the AF_UNIX socket named in $NOTIFY_SOCKET
 (a path, or `@name` in the abstract namespace). Without that variable every call is a no-op, and
-no call ever raises: a supervisor must not die because the service manager went away.
+no call ever raises: a supervisor must not die because the service manager went away. The hooks
+are described further down (`Hooks`).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import queue
+import signal
 import socket
+import subprocess
+import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 
 import structlog
 
@@ -125,3 +135,264 @@ def _watchdog_usec(environ: Mapping[str, str]) -> int | None:
     if owner and owner != str(os.getpid()):
         return None  # inherited from a parent that is the watched process, not us
     return usec if usec > 0 else None
+
+
+# --- hooks: tell a person ------------------------------------------------------------------
+#
+# On the events a person must act on, ddtreed runs the configured hooks: a webhook receiving the
+# JSON below as a POST body and/or an executable receiving it on stdin. Deliveries run on one
+# worker thread (never the daemon loop), each attempt under `timeout_s`, retried `retries` times
+# with doubling delays; every delivery ends in a record (`DeliveryRecord`) that the daemon loop
+# collects with `Hooks.completed()` and stores in the incident.
+
+EVENTS = ("escalated", "gave-up", "silent-corruption", "recurrence")
+_QUEUE_LIMIT = 256  # pending notifications; beyond it a notification is recorded as dropped
+_OUTPUT_TAIL = 2000  # bytes of a hook's stdout/stderr kept in its record
+WEBHOOK_SCHEMES = ("http", "https")
+
+
+def notification(event: str, incident: Mapping[str, object], diagnosis: object = None,
+                 error_lines: list[str] | tuple[str, ...] = (), host: str | None = None,
+                 max_lines: int = 50) -> dict[str, object]:
+    """The JSON document hooks receive (`schema` 1): what happened, to what, and the evidence."""
+    from . import __version__
+
+    if event not in EVENTS:
+        raise ValueError(f"event must be one of {', '.join(EVENTS)}, got {event!r}")
+    return {
+        "schema": 1,
+        "event": event,
+        "host": host or socket.gethostname(),
+        "sent_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "ddtreed_version": __version__,
+        "incident": dict(incident),
+        "diagnosis": diagnosis,
+        "last_error_lines": list(error_lines)[-max_lines:],
+    }
+
+
+@dataclass(frozen=True)
+class DeliveryRecord:
+    """How one hook delivery went: `ok`, after how many attempts, and the last answer or error."""
+
+    event: str
+    incident_id: object
+    hook: str  # "webhook" or "command"
+    target: str  # the URL (without credentials) or argv[0]
+    ok: bool
+    attempts: int
+    status: int | None = None  # HTTP status, or the command's exit status
+    error: str | None = None
+    output: str = ""  # the tail of the command's stdout and stderr, or of the HTTP answer
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def check_hooks(webhook: str | None, command: tuple[str, ...], timeout_s: float, retries: int,
+                retry_delay_s: float, events: tuple[str, ...]) -> str | None:
+    """Why a [notify] section cannot work (one line naming the key), or None."""
+    if webhook is not None:
+        parts = urllib.parse.urlsplit(webhook)
+        if parts.scheme not in WEBHOOK_SCHEMES or not parts.hostname:
+            return f"notify.webhook must be an http:// or https:// URL, got {webhook!r}"
+    if command and not command[0]:
+        return "notify.command must start with the executable"
+    if timeout_s <= 0:
+        return f"notify.timeout_s must be > 0, got {timeout_s}"
+    if retries < 0:
+        return f"notify.retries must be >= 0, got {retries}"
+    if retry_delay_s < 0:
+        return f"notify.retry_delay_s must be >= 0, got {retry_delay_s}"
+    unknown = [event for event in events if event not in EVENTS]
+    if unknown:
+        return f"notify.events: unknown event {unknown[0]!r} (known: {', '.join(EVENTS)})"
+    return None
+
+
+class Hooks:
+    """The configured hooks and their worker thread. Without any hook, `send` records nothing."""
+
+    def __init__(self, webhook: str | None = None, command: tuple[str, ...] | list[str] = (),
+                 timeout_s: float = 10.0, retries: int = 2, retry_delay_s: float = 2.0,
+                 events: tuple[str, ...] | list[str] = ()):
+        problem = check_hooks(webhook, tuple(command), timeout_s, retries, retry_delay_s, tuple(events))
+        if problem:
+            raise ValueError(problem)
+        self.webhook = webhook
+        self.command = tuple(command)
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.retry_delay_s = retry_delay_s
+        self.events = tuple(events) or EVENTS
+        self._queue: queue.Queue = queue.Queue(maxsize=_QUEUE_LIMIT)
+        self._done: list[DeliveryRecord] = []
+        self._lock = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._pending = 0
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_config(cls, notify: object) -> Hooks:
+        """From config.NotifyConfig (or anything with the same attributes)."""
+        return cls(webhook=getattr(notify, "webhook", None), command=getattr(notify, "command", ()),
+                   timeout_s=getattr(notify, "timeout_s", 10.0), retries=getattr(notify, "retries", 2),
+                   retry_delay_s=getattr(notify, "retry_delay_s", 2.0), events=getattr(notify, "events", ()))
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.webhook or self.command)
+
+    def send(self, document: Mapping[str, object]) -> bool:
+        """Queue `document` (see `notification`) for every hook; never blocks. False: not queued."""
+        event = str(document.get("event"))
+        if not self.configured or event not in self.events:
+            return False
+        self._start()
+        with self._lock:
+            self._pending += 1
+            self._idle.clear()
+        try:
+            self._queue.put_nowait(dict(document))
+        except queue.Full:
+            incident = document.get("incident") or {}
+            self._finish([DeliveryRecord(event, _incident_id(incident), "queue", "", False, 0,
+                                         error=f"dropped: {_QUEUE_LIMIT} notifications already pending")])
+            return False
+        return True
+
+    def completed(self) -> list[DeliveryRecord]:
+        """Records of the deliveries finished since the last call (the daemon stores them)."""
+        with self._lock:
+            done, self._done = self._done, []
+        return done
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until every queued notification is delivered or given up (True), or `timeout`."""
+        return self._idle.wait(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Give pending deliveries up to `timeout`, then stop the worker (at daemon shutdown)."""
+        self.wait_idle(timeout)
+        self._closing.set()
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=1.0)
+
+    # --- the worker -------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="ddtreed-hooks", daemon=True)
+                self._thread.start()
+
+    def _work(self) -> None:
+        while True:
+            document = self._queue.get()
+            if document is None:
+                return
+            records = []
+            try:
+                if self.webhook:
+                    records.append(self._deliver(document, "webhook", _safe_url(self.webhook), self._post))
+                if self.command:
+                    records.append(self._deliver(document, "command", self.command[0], self._run))
+            except Exception as error:  # a bug here must not kill the worker and strand the queue
+                records.append(DeliveryRecord(str(document.get("event")),
+                                              _incident_id(document.get("incident") or {}), "internal", "",
+                                              False, 0, error=repr(error)))
+            self._finish(records)
+
+    def _finish(self, records: list[DeliveryRecord]) -> None:
+        with self._lock:
+            self._done.extend(records)
+            self._pending -= 1
+            if self._pending <= 0:
+                self._pending = 0
+                self._idle.set()
+        for record in records:
+            (log.info if record.ok else log.warning)(
+                "notify.delivered" if record.ok else "notify.failed", notify_event=record.event,
+                incident_id=record.incident_id, hook=record.hook, target=record.target,
+                attempts=record.attempts, status=record.status, error=record.error)
+
+    def _deliver(self, document: dict, hook: str, target: str, attempt) -> DeliveryRecord:
+        body = json.dumps(document, default=str).encode()
+        started = time.time()
+        status, error, output, attempts = None, None, "", 0
+        for attempts in range(1, self.retries + 2):
+            ok, status, error, output = attempt(body)
+            if ok:
+                break
+            if attempts <= self.retries and self._closing.wait(self.retry_delay_s * 2 ** (attempts - 1)):
+                break  # shutting down: no more retries
+        else:
+            ok = False
+        return DeliveryRecord(str(document.get("event")), _incident_id(document.get("incident") or {}),
+                              hook, target, ok, attempts, status, None if ok else error, output,
+                              started, time.time())
+
+    def _post(self, body: bytes) -> tuple[bool, int | None, str | None, str]:
+        # urllib on purpose: a webhook is outside, so the site's proxy settings apply to it.
+        call = urllib.request.Request(self.webhook, data=body, method="POST", headers={
+            "Content-Type": "application/json", "User-Agent": "ddtreed"})
+        try:
+            with urllib.request.urlopen(call, timeout=self.timeout_s) as answer:
+                text = answer.read(_OUTPUT_TAIL).decode("utf-8", "replace")
+                return 200 <= answer.status < 300, answer.status, None, text
+        except urllib.error.HTTPError as error:
+            text = error.read(_OUTPUT_TAIL).decode("utf-8", "replace")
+            return False, error.code, f"HTTP {error.code}", text
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            reason = getattr(error, "reason", error)
+            return False, None, f"{type(reason).__name__}: {reason}", ""
+
+    def _run(self, body: bytes) -> tuple[bool, int | None, str | None, str]:
+        environment = scrub_environment(os.environ)
+        try:
+            process = subprocess.Popen(list(self.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, env=environment, start_new_session=True,
+                                       close_fds=True)
+        except OSError as error:
+            return False, None, f"cannot run {self.command[0]}: {error.strerror or error}", ""
+        try:
+            output, _ = process.communicate(body, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            output = b""
+            return False, None, f"timed out after {self.timeout_s:g}s (process group killed)", ""
+        text = output[-_OUTPUT_TAIL:].decode("utf-8", "replace")
+        if process.returncode != 0:
+            return False, process.returncode, f"exit status {process.returncode}", text
+        return True, 0, None, text
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        process.communicate(timeout=5)
+    except (subprocess.TimeoutExpired, ValueError):
+        pass
+
+
+def _incident_id(incident: object) -> object:
+    return incident.get("id") if isinstance(incident, Mapping) else None
+
+
+def _safe_url(url: str) -> str:
+    """The URL without user:password, for records and logs."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username or parts.password:
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+        parts = parts._replace(netloc=netloc)
+    return urllib.parse.urlunsplit(parts._replace(query=""))  # tokens often ride in the query
