@@ -1,40 +1,36 @@
 """inotify on the directories of the followed files, read in the caller's thread: no threads.
 
-watchdog's ctypes wrappers (`watchdog.observers.inotify_c`) make the system calls. `wait()` polls
-the inotify descriptor with a timeout and drains every queued event in one read; the kernel merges
-identical unread events, so a burst of appends to one file is one wake-up. Without inotify (no
-support, instance or watch limit reached) `complete` stays False and the follower polls.
+`inotify_simple` (a maintained, public, thread-free wrapper of inotify_init1/add_watch/rm_watch)
+makes the system calls. `wait()` polls the inotify descriptor with a timeout and drains every
+queued event in one read (the kernel says how many bytes wait); the kernel merges identical
+unread events, so a burst of appends to one file is one wake-up. Without inotify (no support,
+instance or watch limit reached) `complete` stays False and the follower polls.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import select
-import struct
 import time
 
 import structlog
 
 try:
-    from watchdog.observers import inotify_c
-    from watchdog.observers.inotify_c import InotifyConstants as IN
-except Exception as error:  # watchdog raises UnsupportedLibcError (an Exception) off Linux
-    inotify_c, IN, _IMPORT_ERROR = None, None, str(error)
+    from inotify_simple import INotify, parse_events
+    from inotify_simple import flags as IN  # noqa: N812 (the kernel's constant names)
+except (ImportError, OSError) as error:  # off Linux there is no inotify_init1 to bind
+    INotify, parse_events, IN, _IMPORT_ERROR = None, None, None, str(error)
 else:
     _IMPORT_ERROR = ""
 
 log = structlog.get_logger(__name__)
 
-_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
-_MAX_EVENT = _EVENT.size + 256  # NAME_MAX + 1, padded
-READ_BYTES = 64 * 1024
 if IN is not None:
     # Writes, truncation, creation, renames and deletion in the directory; the directory itself
     # going away. IN_OPEN/IN_ACCESS/IN_CLOSE_* are left out: our own reads must not wake us.
-    WATCH_MASK = (IN.IN_MODIFY | IN.IN_CREATE | IN.IN_DELETE | IN.IN_MOVED_FROM | IN.IN_MOVED_TO
-                  | IN.IN_DELETE_SELF | IN.IN_MOVE_SELF | IN.IN_ONLYDIR)
-    GONE = IN.IN_IGNORED | IN.IN_DELETE_SELF | IN.IN_MOVE_SELF | IN.IN_UNMOUNT
+    WATCH_MASK = (IN.MODIFY | IN.CREATE | IN.DELETE | IN.MOVED_FROM | IN.MOVED_TO
+                  | IN.DELETE_SELF | IN.MOVE_SELF | IN.ONLYDIR)
+    GONE = IN.IGNORED | IN.DELETE_SELF | IN.MOVE_SELF | IN.UNMOUNT
 
 
 class DirectoryWatch:
@@ -42,20 +38,20 @@ class DirectoryWatch:
     directory is missing or cannot be watched (the caller then polls)."""
 
     def __init__(self, paths: set[str]):
-        self._names: dict[str, set[bytes]] = {}  # directory -> followed base names in it
+        self._names: dict[str, set[str]] = {}  # directory -> followed base names in it
         for path in paths:
             directory, name = os.path.split(path)
-            self._names.setdefault(directory, set()).add(os.fsencode(name))
+            self._names.setdefault(directory, set()).add(name)
         self._watches: dict[str, tuple[int, tuple[int, int]]] = {}  # directory -> (wd, identity)
         self._directories_of: dict[int, set[str]] = {}  # wd -> directories (one inode, two paths)
         self._failed: set[str] = set()  # warned once; retried on every refresh
         self.complete = False
         self._stale = False
-        self._fd = _open_instance()
+        self._inotify = _open_instance()
         self._poller = None
-        if self._fd is not None:
+        if self._inotify is not None:
             self._poller = select.poll()
-            self._poller.register(self._fd, select.POLLIN)
+            self._poller.register(self._inotify.fileno(), select.POLLIN)
         self.refresh()
 
     def wait(self, timeout: float) -> bool:
@@ -70,14 +66,12 @@ class DirectoryWatch:
     def drain(self) -> bool:
         """Consume every queued event without blocking; True if one concerned us."""
         relevant = False
-        while self._fd is not None:
+        if self._inotify is not None:
             try:
-                data = os.read(self._fd, READ_BYTES)
+                data = self._inotify.read(timeout=0)  # all queued events: FIONREAD bytes at once
             except BlockingIOError:
-                break
-            relevant = self._handle(data) or relevant
-            if len(data) <= READ_BYTES - _MAX_EVENT:
-                break  # the kernel had no more events, or the next one would have fit
+                data = []
+            relevant = self._handle(data)
         if self._stale:
             self.refresh()
         return relevant
@@ -85,7 +79,7 @@ class DirectoryWatch:
     def refresh(self) -> None:
         """(Re)watch directories that appeared or were replaced; drop watches on vanished ones."""
         self._stale = False
-        if self._fd is None:
+        if self._inotify is None:
             return
         complete = True
         for directory in self._names:
@@ -101,45 +95,42 @@ class DirectoryWatch:
         self.complete = complete
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # removes every watch with it
-        self._fd, self._poller, self.complete = None, None, False
+        if self._inotify is not None:
+            self._inotify.close()  # removes every watch with it
+        self._inotify, self._poller, self.complete = None, None, False
         self._watches.clear()
         self._directories_of.clear()
 
     # --- internals --------------------------------------------------------------------------
 
-    def _handle(self, data: bytes) -> bool:
-        relevant, offset = False, 0
-        while offset + _EVENT.size <= len(data):
-            wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
-            start = offset + _EVENT.size
-            offset = start + length
-            if mask & IN.IN_Q_OVERFLOW:
+    def _handle(self, events: list) -> bool:
+        relevant = False
+        for wd, mask, _cookie, name in events:
+            if mask & IN.Q_OVERFLOW:
                 relevant = True  # events were lost: look at everything
                 continue
             directories = self._directories_of.get(wd, ())
             if mask & GONE and directories:
                 self._stale = relevant = True
-                if mask & IN.IN_IGNORED:  # the kernel dropped the watch already
+                if mask & IN.IGNORED:  # the kernel dropped the watch already
                     for directory in self._directories_of.pop(wd):
                         self._watches.pop(directory, None)
                 continue
-            name = data[start:offset].rstrip(b"\0")
             if any(name in self._names[d] for d in directories):
                 relevant = True
                 # A followed file created, renamed or deleted: check the directories too (an
                 # open file in a deleted directory keeps it alive, so no IN_DELETE_SELF comes).
-                self._stale = self._stale or bool(mask & ~IN.IN_MODIFY)
+                self._stale = self._stale or bool(mask & ~IN.MODIFY)
         return relevant
 
     def _watch(self, directory: str, identity: tuple[int, int]) -> bool:
         # Stat first, watch second: if the directory is replaced in between, the next refresh
         # sees the identity differ and watches again.
-        wd = inotify_c.inotify_add_watch(self._fd, os.fsencode(directory), WATCH_MASK)
-        if wd == -1:
+        try:
+            wd = self._inotify.add_watch(directory, WATCH_MASK)
+        except OSError as error:  # ENOSPC: fs.inotify.max_user_watches reached; ENOENT: gone again
             if directory not in self._failed:
-                log.warning("log_watch_failed", directory=directory, error=os.strerror(ctypes.get_errno()))
+                log.warning("log_watch_failed", directory=directory, error=error.strerror or str(error))
                 self._failed.add(directory)
             return False
         self._failed.discard(directory)
@@ -153,20 +144,22 @@ class DirectoryWatch:
         sharing.discard(directory)
         if not sharing:
             self._directories_of.pop(wd, None)
-            inotify_c.inotify_rm_watch(self._fd, wd)  # EINVAL when the kernel dropped it: fine
+            try:
+                self._inotify.rm_watch(wd)
+            except OSError:
+                pass  # EINVAL when the kernel dropped it already: fine
 
 
-def _open_instance() -> int | None:
-    if inotify_c is None:
+def _open_instance():
+    if INotify is None:
         log.warning("log_watch_unavailable", error=_IMPORT_ERROR)
         return None
-    fd = inotify_c.inotify_init()
-    if fd == -1:  # EMFILE: fs.inotify.max_user_instances reached (128 per user by default)
-        log.warning("log_watch_unavailable", error=os.strerror(ctypes.get_errno()))
+    try:
+        # IN_CLOEXEC keeps the descriptor out of the service; non-blocking for the drain.
+        return INotify(inheritable=False, nonblocking=True)
+    except OSError as error:  # EMFILE: fs.inotify.max_user_instances reached (128 per user by default)
+        log.warning("log_watch_unavailable", error=error.strerror or str(error))
         return None
-    os.set_inheritable(fd, False)  # inotify_init sets no O_CLOEXEC: keep it out of the service
-    os.set_blocking(fd, False)
-    return fd
 
 
 def _identity(directory: str) -> tuple[int, int] | None:
