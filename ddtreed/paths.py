@@ -1,23 +1,39 @@
-"""Where the shipped rule, remediation and example files live (source checkout or install), and
-whether a configured one may be loaded at all."""
+"""Where the shipped rule, remediation, example and unit files live, and whether a configured
+one may be loaded at all.
+
+They ship inside the package (`ddtreed/data/<kind>/`) and are found with importlib.resources
+relative to the `ddtreed` package itself, so a wheel installed any way (venv, `pip install
+--user`, a system or `--prefix` install, pipx) finds them, and no unrelated top-level package
+(PyPI has one named `rules`) can stand in for them.
+"""
 
 from __future__ import annotations
 
 import os
 import stat
-import sys
+from importlib import resources
 from pathlib import Path
 from typing import Iterable
 
+KINDS = ("rules", "remediations", "examples", "systemd")
 _CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 def shipped(kind: str) -> Path:
-    """`rules`, `remediations` or `examples`: the checkout's folder, else the installed copy."""
-    candidate = _CHECKOUT / kind
-    if candidate.is_dir():
-        return candidate
-    return Path(sys.prefix) / "share" / "ddtreed" / kind
+    """The directory of the shipped `rules`, `remediations`, `examples` or `systemd` files.
+
+    A missing directory is returned as is: the loader reports it in one line, naming it.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    # The package is installed as files (a wheel is never run zipped), so this is a real path.
+    packaged = Path(str(resources.files("ddtreed").joinpath("data", kind)))
+    if packaged.is_dir():
+        return packaged
+    checkout = _CHECKOUT / kind  # a source checkout from before the files moved into the package
+    if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "ddtreed").is_dir() and checkout.is_dir():
+        return checkout
+    return packaged
 
 
 def untrusted(path: str | os.PathLike[str], roots: Iterable[str | os.PathLike[str]] = ()) -> str | None:

@@ -187,18 +187,19 @@ def _rule_dict(rule) -> dict:
 def run_check(args: argparse.Namespace) -> int:
     from ..paths import shipped
     from ..rules import RuleError, remediation_ids_in, rule_files
-    from ..rules.loader import parse_files
+    from ..rules.loader import NoRulesError, parse_files
 
-    files = rule_files(_rules_dirs(args))
+    dirs = _rules_dirs(args)
+    files = rule_files(dirs)
     remediation_ids = remediation_ids_in(args.remediations_dir or [str(shipped("remediations"))])
     try:
-        rules = _quietly(parse_files, files, remediation_ids)
+        rules = _quietly(parse_files, files, remediation_ids, dirs)
     except RuleError as error:
         if args.json:
             print_json({"ok": False, "files": len(files), "problems": error.problems})
         else:
             print("\n".join(error.problems), file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, NoRulesError) else 1
     if args.json:
         print_json({"ok": True, "files": len(files), "rules": len(rules), "problems": []})
     else:

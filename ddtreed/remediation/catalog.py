@@ -329,6 +329,9 @@ def load_remediations(dirs: Iterable[str | Path]) -> Catalog:
                 raise RemediationError(f"{path}:{_File(path).line_of('id')}: id: duplicate "
                                        f"{remediation.id!r}, also in {found[remediation.id].source}")
             found[remediation.id] = remediation
+    if not found:  # an empty catalog would turn every rule's ladder into nothing to do
+        raise RemediationError(f"{', '.join(str(d) for d in dirs) or '(none given)'}: no remediations: "
+                               "no *.toml remediation file there")
     return Catalog(found)
 
 

@@ -34,7 +34,8 @@ def load_rules(dirs: Iterable[str | os.PathLike[str]],
 
     With `remediation_ids`, a rule naming a remediation outside that catalog is an error too.
     """
-    return RuleSet(parse_files(rule_files(dirs), remediation_ids))
+    dirs = list(dirs)
+    return RuleSet(parse_files(rule_files(dirs), remediation_ids, dirs))
 
 
 def informativeness(crash: Crash) -> tuple[int, int, int]:

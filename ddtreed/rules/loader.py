@@ -30,6 +30,10 @@ class RuleError(ValueError):
         super().__init__(f"{problems[0]}{more}")
 
 
+class NoRulesError(RuleError):
+    """Nothing to load at all: no rule file, or files without a single [[rule]]."""
+
+
 def rule_files(dirs: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """Every `*.toml` in the given directories (or the files themselves), sorted per directory.
 
@@ -57,8 +61,9 @@ def _roots(files: Iterable[Path]) -> set[Path]:
     return {path.parent for path in files if not path.is_dir()}
 
 
-def parse_files(files: Iterable[Path], remediation_ids: Collection[str] | None = None) -> list[Rule]:
-    """Validated rules from `files`; raise RuleError listing every problem found."""
+def parse_files(files: Iterable[Path], remediation_ids: Collection[str] | None = None,
+                dirs: Iterable[str | os.PathLike[str]] = ()) -> list[Rule]:
+    """Validated rules from `files` (found in `dirs`); raise RuleError listing every problem found."""
     files = list(files)
     roots = _roots(files)
     problems: list[str] = []
@@ -74,6 +79,9 @@ def parse_files(files: Iterable[Path], remediation_ids: Collection[str] | None =
             rules.append(rule)
     if problems:
         raise RuleError(problems)
+    if not rules:  # never "ok: 0 rule(s)": every crash would silently be `unknown`
+        where = ", ".join(str(d) for d in dirs) or ", ".join(str(path) for path in files) or "(none given)"
+        raise NoRulesError([f"{where}: no rules: no *.toml file there defines a [[rule]]"])
     return rules
 
 
