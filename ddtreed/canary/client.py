@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..health import request
@@ -29,13 +30,17 @@ class Generation:
     error: str | None = None
 
 
-def generate(base_url: str, prompt: str, max_new_tokens: int, deadline: float) -> Generation:
-    """POST /generate with temperature 0 and a fixed token count; `deadline` is time.monotonic()."""
+def generate(base_url: str, prompt: str, max_new_tokens: int, deadline: float,
+             interrupted: Callable[[], bool] | None = None) -> Generation:
+    """POST /generate with temperature 0 and a fixed token count; `deadline` is time.monotonic().
+
+    `interrupted()` true (a stop was requested) ends the request within a fraction of a second.
+    """
     started = time.monotonic()
     # min=max pins the length: a canary compares a fixed number of tokens, never an early stop.
     payload = {"text": prompt, "sampling_params": {
         "max_new_tokens": max_new_tokens, "min_new_tokens": max_new_tokens, "temperature": 0}}
-    status, body, error = request(base_url, "POST", "/generate", payload, deadline)
+    status, body, error = request(base_url, "POST", "/generate", payload, deadline, interrupted=interrupted)
     elapsed = time.monotonic() - started
     if status != 200:
         why = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}" if status else error
@@ -55,9 +60,9 @@ def generate(base_url: str, prompt: str, max_new_tokens: int, deadline: float) -
         completion_tokens=count(meta.get("completion_tokens")), elapsed_s=elapsed)
 
 
-def service_load(base_url: str, deadline: float) -> int | None:
+def service_load(base_url: str, deadline: float, interrupted: Callable[[], bool] | None = None) -> int | None:
     """Running plus queued requests from /metrics; None when the service does not export them."""
-    status, body, _ = request(base_url, "GET", "/metrics", None, deadline)
+    status, body, _ = request(base_url, "GET", "/metrics", None, deadline, interrupted=interrupted)
     if status != 200:
         return None
     values = _LOAD_GAUGES.findall(body.decode("utf-8", "replace"))

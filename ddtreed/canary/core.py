@@ -127,7 +127,8 @@ class Canary:
 
     def _generate_all(self, prober) -> list[client.Generation]:
         deadline = time.monotonic() + self.config.timeout_s  # one budget for all prompts
-        return [client.generate(prober.base_url, prompt, self.config.max_new_tokens, deadline)
+        interrupted = getattr(prober, "interrupted", None)  # a stop request ends the run
+        return [client.generate(prober.base_url, prompt, self.config.max_new_tokens, deadline, interrupted)
                 for prompt in self.prompts]
 
     def _judge(self, prompt: str, generation: client.Generation,
