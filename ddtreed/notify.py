@@ -171,6 +171,34 @@ def notification(event: str, incident: Mapping[str, object], diagnosis: object =
     }
 
 
+_INCIDENT_KEYS = ("id", "source", "service", "category", "status", "outcome", "fingerprint", "exception",
+                  "message", "remediation_id", "started_at", "resolved_at", "frozen")
+_DIAGNOSIS_KEYS = ("rule_id", "title", "diagnosis", "advice", "params", "remediations")
+
+
+def incident_notification(event: str, incident: Mapping[str, object], host: str | None = None,
+                          extra: Mapping[str, object] | None = None) -> dict[str, object]:
+    """The notification for an incident as `Store.get(id)` returns it: its last error lines are
+    the excerpts of its tracebacks (the first rank's, then the others'). `extra` joins the incident
+    (e.g. {"canary": …} for silent corruption, {"verified_fix": …} for a recurrence)."""
+    summary = {key: incident.get(key) for key in _INCIDENT_KEYS if key in incident}
+    summary.update(extra or {})
+    diagnosis = {key: incident.get(key) for key in _DIAGNOSIS_KEYS if key in incident}
+    lines: list[str] = []
+    for crash in incident.get("tracebacks") or ():
+        if isinstance(crash, Mapping):
+            lines += [str(line) for line in crash.get("excerpt") or ()]
+    return notification(event, summary, diagnosis, lines, host=host)
+
+
+def delivery_step(record: DeliveryRecord) -> tuple[str, str, dict[str, object]]:
+    """(step name, detail, data) for `Store.add_step(record.incident_id, *delivery_step(record))`."""
+    outcome = "delivered" if record.ok else f"failed: {record.error}"
+    detail = f"{record.event} notification via {record.hook} {record.target}: {outcome} " \
+             f"({record.attempts} attempt{'s' if record.attempts != 1 else ''})"
+    return ("notified" if record.ok else "notify-failed"), detail, record.to_dict()
+
+
 @dataclass(frozen=True)
 class DeliveryRecord:
     """How one hook delivery went: `ok`, after how many attempts, and the last answer or error."""

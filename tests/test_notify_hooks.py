@@ -226,3 +226,35 @@ def test_notify_config_loads():
     hooks = Hooks.from_config(config.notify)
     assert (hooks.webhook, hooks.command, hooks.retries, hooks.events) == (
         "https://hooks.example/abc", ("/usr/local/bin/page",), 4, EVENTS)
+
+
+def test_an_incident_from_the_store_becomes_a_notification_and_its_delivery_a_step(receiver, tmp_path):
+    """What the daemon does: Store.get → document → hooks → completed() → add_step on the loop."""
+    from ddtreed.incidents import Store
+    from ddtreed.notify import delivery_step, incident_notification
+    from ddtreed.records import Crash, RuleMatch
+
+    store = Store(tmp_path / "incidents.sqlite3")
+    try:
+        crash = Crash(kind="traceback", exception="RuntimeError", message=LINES[-1].split(": ", 1)[1],
+                      excerpt=tuple(LINES), detected_at=1.0)
+        match = RuleMatch(rule_id="ddtree-verify-graph-width", category="cuda-graph-shape-mismatch",
+                          title="t", diagnosis="captured 8 wide, budget 32", remediations=("ddtree-verify-graph-width",))
+        incident_id = store.open_incident("crash", crashes=[crash], match=match)
+        store.finish(incident_id, "escalated", "frozen")
+        hooks = Hooks(webhook=receiver.url, retries=0)
+        try:
+            hooks.send(incident_notification("escalated", store.get(incident_id), host="gpu-a"))
+            assert hooks.wait_idle(60)
+            for record in hooks.completed():
+                store.add_step(record.incident_id, *delivery_step(record))
+        finally:
+            hooks.close()
+        body = receiver.received[0][1]
+        assert body["incident"]["id"] == incident_id and body["incident"]["status"] == "escalated"
+        assert body["diagnosis"]["diagnosis"] == "captured 8 wide, budget 32"
+        assert body["last_error_lines"] == LINES
+        [step] = [s for s in store.get(incident_id)["steps"] if s["step"] == "notified"]
+        assert "escalated notification via webhook" in step["detail"] and step["data"]["ok"] is True
+    finally:
+        store.close()
