@@ -277,3 +277,17 @@ def test_degraded_and_frozen_signatures_are_exported():
     status = DaemonStatus(pid=1, state="escalated", degraded={"remediations": ["x"], "since": 1.0})
     families = families_of(render(status, {"frozen_signatures": 2}))
     assert value(families, "ddtreed_degraded") == 1 and value(families, "ddtreed_frozen_signatures") == 2
+
+
+def test_an_oversized_request_is_refused_and_the_server_goes_on(endpoint):
+    server, url = endpoint
+    with socket.create_connection(server.address, timeout=30) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nX-Junk: " + b"a" * 20000)
+        answer = b""
+        while not answer.endswith(b"request too large\n"):
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 431")
+    assert scrape(url)[0] == 200

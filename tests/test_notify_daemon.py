@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -108,6 +109,11 @@ def test_daemon_under_a_service_manager(tmp_path):
     assert 'ddtreed_incidents_total{category="cuda-graph-shape-mismatch"} 1.0\n' in metrics
     assert "ddtreed_remediations_applied_total 1.0\n" in metrics
     assert "ddtreed_last_healthy_probe_timestamp_seconds " in metrics
+    assert "process_resident_memory_bytes " in metrics
+    if shutil.which("promtool"):  # the real daemon's scrape passes Prometheus' own linter
+        linted = subprocess.run(["promtool", "check", "metrics"], input=metrics, capture_output=True,
+                                text=True, timeout=60, check=False)
+        assert linted.returncode == 0, linted.stdout + linted.stderr
 
     assert running.returncode == 0, running.stderr
     report = json.loads(running.stdout)
