@@ -24,7 +24,7 @@ from .incidents.durable import DurableStore
 from .incident_path import check_canary, handle_crash, probe_crash
 from .lifecycle import Lifecycle, Stopping
 from .metrics import start_metrics
-from .notify import Notifier
+from .notify import Hooks, Notifier, delivery_step, incident_notification
 from .preflight_gate import confirm, run_gate
 from .records import Application, Crash, ExitStatus, Healthy, ServiceContext, Verdict
 from .recovery import recover, verified_launch
@@ -39,6 +39,10 @@ log = structlog.get_logger(__name__)
 EXIT_OK = 0
 EXIT_GAVE_UP = 3
 TURN_S = 0.2  # the longest the loop goes without answering signals and the watchdog
+SERVING_PROBE_S = 30.0  # while serving, a light /health this often keeps "last healthy" fresh
+SERVING_PROBE_BUDGET_S = 2.0
+HOOKS_DRAIN_STOP_S = 2.0  # at a stop, pending notifications get this long (a prompt SIGTERM)
+HOOKS_DRAIN_GAVE_UP_S = 30.0  # at a give-up, the person must hear of it before ddtreed exits
 
 
 class Daemon:
@@ -57,6 +61,8 @@ class Daemon:
         self.service: ServiceRun | None = None
         self.context: ServiceContext = service_context(self.wiring, self.launch.argv)
         self.metrics = None
+        self.hooks = Hooks.from_config(config.notify)  # a person is told on escalation, give-up, …
+        self._stop_asked = False  # a SIGTERM/SIGINT is queued: probes end early
         self.reloads = 0  # SIGHUPs handled; a blocked launch waits for the next one
         self.prevented_pending: list[int] = []  # preflight incidents awaiting a healthy start
         self._subscribers: list[Callable[[object], None]] = []
@@ -79,14 +85,46 @@ class Daemon:
 
     def request_stop(self) -> None:
         """Stop as SIGTERM would: safe from any thread or from a subscriber."""
-        self.signals.put(signal.SIGTERM)
+        self._signal(signal.SIGTERM)
 
     def install_signal_handlers(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
-            signal.signal(signum, lambda number, _frame: self.signals.put(number))
+            signal.signal(signum, lambda number, _frame: self._signal(number))
+
+    def _signal(self, signum: int) -> None:
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            self._stop_asked = True
+        self.signals.put(signum)
+
+    def stop_asked(self) -> bool:
+        """A stop is queued: an HTTP probe or canary request in flight gives up at once."""
+        return self._stop_asked
 
     def prober(self) -> Prober:
-        return self.wiring.prober(self.host.http_base_url(self.config.service.host, self.context.port))
+        prober = self.wiring.prober(self.host.http_base_url(self.config.service.host, self.context.port))
+        if isinstance(prober, Prober):
+            prober.interrupted = self.stop_asked
+        return prober
+
+    def notify_person(self, event: str, incident_id: int | None, extra: dict | None = None) -> None:
+        """Run the [notify] hooks for `event` about this incident; never blocks (a worker delivers)."""
+        if not self.hooks.configured:
+            return
+        try:
+            incident = self.store.get(incident_id) if incident_id is not None else {}
+        except (KeyError, ValueError, OSError) as error:
+            log.warning("notify.incident_unreadable", incident_id=incident_id, error=str(error))
+            incident = {"id": incident_id}
+        self.hooks.send(incident_notification(event, incident, extra=extra))
+
+    def _record_deliveries(self, hooks: Hooks | None = None) -> None:
+        """Store finished hook deliveries as incident steps (on the loop thread: one writer)."""
+        for record in (hooks or self.hooks).completed():
+            if isinstance(record.incident_id, int):
+                try:
+                    self.store.add_step(record.incident_id, *delivery_step(record))
+                except (KeyError, ValueError) as error:  # the incident was pruned meanwhile
+                    log.warning("notify.record_lost", incident_id=record.incident_id, error=str(error))
 
     def attempt(self, remediation_id: str, incident_id: int | None,
                 verify_with: Callable[[], Verdict] | None = None) -> Attempt:
@@ -132,6 +170,9 @@ class Daemon:
                 self._emit(outcome)
                 self._turn()  # a stop asked for by a subscriber comes before any relaunch
                 if outcome.status != "resolved" and not self._relaunch():  # resolved: it runs fixed
+                    self.notify_person("gave-up", outcome.incident_id,
+                                       {"reason": "the restart budget is spent; the service stays down"})
+                    self.hooks.wait_idle(HOOKS_DRAIN_GAVE_UP_S)
                     return EXIT_GAVE_UP
         except Stopping:
             return EXIT_OK
@@ -150,6 +191,7 @@ class Daemon:
 
     def _watch(self) -> tuple[tuple[Crash, ...], ExitStatus | None]:
         periodic = self.wiring.periodic_canary
+        next_probe = self.clock.monotonic() + SERVING_PROBE_S
         while True:
             groups = self.service.pump(TURN_S)
             if groups:
@@ -163,6 +205,27 @@ class Daemon:
                     self.show_canary(result)
                     if result.category is not None:  # silent corruption or collapse: an incident
                         return (canary_crash(result),), None
+                    if result.passed:
+                        self.serving_probe_passed()
+            if self.clock.monotonic() >= next_probe:
+                next_probe = self.clock.monotonic() + SERVING_PROBE_S
+                self._serving_probe()
+
+    def _serving_probe(self) -> None:
+        """A light /health while serving. It only refreshes "last healthy": a failure is logged, never
+        acted on here (crashes come from the logs and the exit; a busy server may answer slowly)."""
+        result = self.prober().health(self.clock.monotonic() + SERVING_PROBE_BUDGET_S)
+        if result.ok:
+            self.serving_probe_passed()
+        else:
+            log.info("serving_probe_failed", detail=result.detail)
+
+    def serving_probe_passed(self) -> None:
+        """A probe of the serving service passed: the status board and /metrics show it now."""
+        now = self.clock.time()
+        self.publish(last_healthy_at=now)
+        if self.metrics is not None:
+            self.metrics.healthy_probe(now)
 
     def verify_start(self, window: bool) -> Verdict:
         """Verify the service just started (the window too when `window`), then the output canary."""
@@ -224,6 +287,8 @@ class Daemon:
             self.lifecycle.enter("stopping", "stopping the service")
             self.stop_service("ddtreed stopping")
         finally:
+            self.hooks.close(HOOKS_DRAIN_STOP_S)
+            self._record_deliveries()
             for resource in (self.service, self.metrics, self.host):  # an SshHost holds a connection, a tunnel
                 if resource is not None:
                     resource.close()
@@ -243,6 +308,7 @@ class Daemon:
             elif signum == signal.SIGUSR1:
                 log.info("state_dump", **self.board.current.to_dict(), argv=self.launch.argv,
                          budget_starts=self.budget.starts_in_window, states=self.lifecycle.history[-20:])
+        self._record_deliveries()
         self.notifier.watchdog()
 
     def wait(self, seconds: float, condition: Callable[[], bool] = lambda: False) -> None:
@@ -255,6 +321,7 @@ class Daemon:
     def reload(self) -> None:
         """SIGHUP: rebuild the wiring from the config file; a bad new file keeps the old one."""
         self.notifier.reloading()
+        before_notify = self.config.notify
         try:
             config = reload_config(self.config)
             wiring = rebuild(self.wiring, config)
@@ -264,6 +331,10 @@ class Daemon:
         else:
             before = self.config.service
             self.wiring = wiring
+            if config.notify != before_notify:  # new hooks from now on; the old ones finish first
+                old, self.hooks = self.hooks, Hooks.from_config(config.notify)
+                old.close(HOOKS_DRAIN_STOP_S)
+                self._record_deliveries(old)
             if (config.service.argv, config.service.env) != (before.argv, before.env):  # the operator's new launch
                 self.launch = Launch(list(config.service.argv), dict(config.service.env))
                 log.info("launch_reloaded", argv=self.launch.argv, hint="used from the next (re)start")

@@ -66,6 +66,7 @@ class Loop(Protocol):
 
     def publish(self, **changes) -> None: ...
 
+    def notify_person(self, event: str, incident_id: int | None, extra: dict | None = None) -> None: ...
 
 
 def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus | None) -> Outcome:
@@ -93,6 +94,8 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
                        {"rule_id": match.rule_id, "category": match.category,
                         "remediations": list(match.remediations)})
         loop.publish(current_incident_id=incident_id)
+        if match.category == "silent-corruption":  # wrong output while serving: tell a person at once
+            loop.notify_person("silent-corruption", incident_id)
         status = remediate(loop, incident_id, diagnosis.signature.fingerprint, list(match.remediations))
         loop.publish(current_incident_id=None)
     return Outcome(incident_id, status)
@@ -103,7 +106,8 @@ def remediate(loop: Loop, incident_id: int, fingerprint: str, remediations: list
     store, policy = loop.store, loop.config.policy
     remediations = remediations[: policy.max_remediations_per_incident]
     if recurred_after_verified_fix(loop, incident_id, fingerprint):
-        return escalate(loop, incident_id, fingerprint, "the same crash came back after its fix was verified")
+        return escalate(loop, incident_id, fingerprint, "the same crash came back after its fix was verified",
+                        event="recurrence")
     if policy.mode == "off" or not remediations:
         return not_remediated(loop, incident_id, "policy off" if policy.mode == "off" else "no remediation known")
     if store.is_frozen(fingerprint):
@@ -126,13 +130,14 @@ def remediate(loop: Loop, incident_id: int, fingerprint: str, remediations: list
     return escalate(loop, incident_id, fingerprint, "no remediation left to try")
 
 
-def escalate(loop: Loop, incident_id: int, fingerprint: str, reason: str) -> str:
+def escalate(loop: Loop, incident_id: int, fingerprint: str, reason: str, event: str = "escalated") -> str:
     """Nothing left to try: freeze the signature and tell a person (the loop relaunches)."""
     loop.store.freeze(fingerprint, reason, incident_id)
     loop.store.add_step(incident_id, "escalated", f"{reason}; auto-remediation frozen for {fingerprint}")
     loop.store.finish(incident_id, "escalated", reason)
     loop.lifecycle.enter("escalated", f"escalated: needs a person (incident {incident_id})")
     log.error("incident_escalated", reason=reason, hint=f"ddtreed incidents show {incident_id}")
+    loop.notify_person(event, incident_id, {"reason": reason})  # "recurrence" when a verified fix failed
     return "escalated"
 
 

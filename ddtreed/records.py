@@ -50,6 +50,7 @@ Step = Literal[
     "detected", "diagnosed", "advised", "skipped", "applied", "apply-failed", "restarting",
     "restarted", "healthy", "failed", "verified", "reverted", "revert-failed", "recurred",
     "not-remediated", "escalated", "reconciled",
+    "notified", "notify-failed",  # a hook delivery (ddtreed.notify.Hooks), recorded by the loop
 ]
 STEPS: tuple[str, ...] = get_args(Step)
 
