@@ -1,4 +1,9 @@
-"""Records to JSON columns and back, and epoch seconds to ISO-8601 UTC text."""
+"""Records to JSON columns and back, and epoch seconds to ISO-8601 UTC text.
+
+Everything the store writes passes through here, so this is where secrets are redacted
+(`--api-key X`, `HF_TOKEN`, `api_key='…'` in a printed ServerArgs): the database, `incidents
+--json` and support bundles never hold them.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 from ..records import Crash
+from ..redact import redact, redact_text
 
 # A device-side assert floods thousands of identical lines; the head and tail tell the story.
 EXCERPT_HEAD_LINES = 60
@@ -18,7 +24,17 @@ MAX_FRAMES = 80
 def dumps(value: Any) -> str | None:
     if value is None:
         return None
-    return json.dumps(_plain(value), sort_keys=True, default=str)
+    return json.dumps(redact(_plain(value)), sort_keys=True, default=str)
+
+
+def text(value: str | None) -> str | None:
+    """A free-text column (a step's detail, a message, an outcome) with its secrets redacted."""
+    return redact_text(value) if isinstance(value, str) else value
+
+
+def clean_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row about to be written: JSON columns are already redacted, text columns are now."""
+    return {key: text(value) if isinstance(value, str) else value for key, value in row.items()}
 
 
 def loads(text: str | None, empty: Any = None) -> Any:

@@ -18,6 +18,7 @@ import structlog
 
 from ..host import Host, sha256_bytes
 from ..records import IN_PLACE, Application, FileChange, LaunchChange, ServiceContext
+from ..redact import redact
 from . import launchplan, patching
 from .applications import ApplicationTable
 from .catalog import Catalog
@@ -204,8 +205,9 @@ class Engine:
 
     # ---- status and recovery --------------------------------------------------------------
     def history(self) -> list[dict[str, Any]]:
-        """Every application with its status and, for patches, the file's hash now."""
-        entries = self.store.entries()
+        """Every application with its status and, for patches, the file's hash now (for display:
+        secrets in a recorded launch are redacted)."""
+        entries = [redact(entry) for entry in self.store.entries()]
         for entry in entries:
             for change in entry["files"]:
                 try:

@@ -1,0 +1,81 @@
+"""The fault harness: hostile files, hostile services, hostile HTTP answers, killed and doubled
+daemons. Each maker puts one break in place and returns what a test needs to check its effect;
+the tests in this folder parametrise over them, one case per break of issue 16.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from fault_harness import DaemonProcess, kill_service_sessions  # noqa: F401  (re-exported)
+from supervision_helpers import free_port, wait_for  # noqa: F401  (re-exported)
+
+import fast_service
+
+NOBODY = 65534  # a real uid that is neither root nor the test's user
+
+
+# ---- hostile files -------------------------------------------------------------------------
+
+@dataclass
+class PlantedFile:
+    """A log path replaced by something hostile; `outside` is what must stay untouched."""
+
+    path: Path
+    outside: Path | None
+    outside_bytes: bytes | None
+
+
+def symlink_out(log_path: Path, outside_dir: Path) -> PlantedFile:
+    """The log path is a symlink to a file outside the log dir (e.g. /etc/shadow, as root)."""
+    outside_dir.mkdir(parents=True, exist_ok=True)
+    outside = outside_dir / "precious.conf"
+    outside.write_bytes(b"precious bytes that no log rotation may truncate\n" * 100)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if log_path.exists() or log_path.is_symlink():
+        log_path.unlink()
+    log_path.symlink_to(outside)
+    return PlantedFile(log_path, outside, outside.read_bytes())
+
+
+def fifo(log_path: Path, _outside_dir: Path | None = None) -> PlantedFile:
+    """The log path is a FIFO: opening or reading it must neither block nor spin."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if log_path.exists() or log_path.is_symlink():
+        log_path.unlink()
+    os.mkfifo(log_path)
+    return PlantedFile(log_path, None, None)
+
+
+HOSTILE_LOG_FILES: dict[str, Callable[[Path, Path], PlantedFile]] = {"symlink-out": symlink_out, "fifo": fifo}
+
+
+def world_writable(path: Path) -> Path:
+    os.chmod(path, stat.S_IMODE(path.stat().st_mode) | stat.S_IWOTH)
+    return path
+
+
+def foreign_owned(path: Path) -> Path:
+    """Owned by another ordinary user (needs root): that user could edit what ddtreed runs."""
+    os.chown(path, NOBODY, -1)
+    return path
+
+
+# ---- hostile services and daemons ------------------------------------------------------------
+
+def service_config(directory: Path, **options) -> Path:
+    """A fast SGLang-shaped service under ddtreed (tests/programs/fast_service.py)."""
+    return fast_service.write_config(directory, port=free_port(), **options)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    """`python -m ddtreed ARGS` as a user runs it: exit code, stdout, stderr."""
+    repo = Path(__file__).resolve().parents[2]
+    return subprocess.run([sys.executable, "-m", "ddtreed", *args], cwd=repo, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
