@@ -7,7 +7,8 @@ only ever need to say that one was there. One rule set, applied where text leave
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 REDACTED = "<redacted>"
 

@@ -9,14 +9,13 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-
-from fault_harness import DaemonProcess, kill_service_sessions  # noqa: F401  (re-exported)
-from supervision_helpers import free_port, wait_for  # noqa: F401  (re-exported)
 
 import fast_service
+from fault_harness import DaemonProcess, kill_service_sessions  # noqa: F401  (re-exported)
+from supervision_helpers import free_port, wait_for  # noqa: F401  (re-exported)
 
 NOBODY = 65534  # a real uid that is neither root nor the test's user
 

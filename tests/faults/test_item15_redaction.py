@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import fast_service
 import psutil
 import pytest
 from hostile import DaemonProcess, free_port, run_cli, wait_for
 
-import fast_service
 from ddtreed.incidents import encode
 from ddtreed.redact import REDACTED, redact, redact_argv, redact_env, redact_text
 
