@@ -8,7 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
-from hostile import HOSTILE_LOG_FILES, DaemonProcess, fifo, service_config, symlink_out, wait_for
+from hostile import (
+    HOSTILE_LOG_FILES,
+    DaemonProcess,
+    fifo,
+    service_config,
+    symlink_out,
+    wait_for,
+)
 from structlog.testing import capture_logs
 
 from ddtreed import rotation
