@@ -151,23 +151,45 @@ class Engine:
 
     def _apply_files(self, plan: Plan, entry: dict[str, Any]) -> None:
         application_id = entry["application_id"]
-        for index, planned in enumerate(plan.files):
+        for planned in plan.files:
             if self.host.read_bytes(planned.path) != planned.before:
                 raise ApplyError(f"{planned.path} changed since the plan was made; plan again")
-            entry["files"].append({
-                "path": planned.path, "relative": planned.relative,
-                "before_sha256": sha256_bytes(planned.before), "after_sha256": sha256_bytes(planned.after),
-                "backup_path": self.store.write_backup(application_id, f"{index}.before", planned.before),
-                "after_path": self.store.write_backup(application_id, f"{index}.after", planned.after)})
-        _checkpoint("apply:backups")
-        self.store.write_journal("apply", entry)
+        try:
+            for index, planned in enumerate(plan.files):
+                entry["files"].append({
+                    "path": planned.path, "relative": planned.relative,
+                    "before_sha256": sha256_bytes(planned.before), "after_sha256": sha256_bytes(planned.after),
+                    "backup_path": self.store.write_backup(application_id, f"{index}.before", planned.before),
+                    "after_path": self.store.write_backup(application_id, f"{index}.after", planned.after)})
+            _checkpoint("apply:backups")
+            self.store.write_journal("apply", entry)
+        except OSError as error:  # a full or read-only state dir: nothing was touched yet
+            self.store.drop_backups(application_id)
+            self.store.clear_journal()
+            raise ApplyError(f"{plan.remediation_id}: cannot keep the backup in {self.store.root}: "
+                             f"{error.strerror or error}") from None
         _checkpoint("apply:journal")
+        written: list[PlannedFile] = []
         for index, planned in enumerate(plan.files):
-            self.host.write_atomic(planned.path, planned.after)
+            try:
+                self.host.write_atomic(planned.path, planned.after)
+            except OSError as error:
+                self._undo_partial_apply(application_id, written)
+                raise ApplyError(f"{planned.path}: cannot write the patch: {error.strerror or error} "
+                                 "(read-only site-packages?); nothing was changed") from None
+            written.append(planned)
             _checkpoint(f"apply:write:{index}")
         self.store.upsert(entry)
         _checkpoint("apply:recorded")
         self.store.clear_journal()
+
+    def _undo_partial_apply(self, application_id: str, written: list[PlannedFile]) -> None:
+        """A write failed: put back the files already written, then drop the journal and backups.
+        Should a put-back fail too, the journal stays and the next start's reconcile finishes it."""
+        for planned in reversed(written):
+            self.host.write_atomic(planned.path, planned.before)
+        self.store.clear_journal()
+        self.store.drop_backups(application_id)
 
     # ---- revert ---------------------------------------------------------------------------
     def revert(self, application_id: str, force: bool = False) -> LaunchChange | None:

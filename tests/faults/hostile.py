@@ -78,3 +78,40 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60.0
     repo = Path(__file__).resolve().parents[2]
     return subprocess.run([sys.executable, "-m", "ddtreed", *args], cwd=repo, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+class ReadOnlyMount:
+    """`directory` made read-only as a read-only site-packages is (a bind mount remounted ro):
+    root's writes fail with EROFS, unlike chmod, which root ignores. Needs root and mount(8)."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.mounted = False
+
+    def __enter__(self) -> "ReadOnlyMount":
+        for argv in (["mount", "--bind", str(self.directory), str(self.directory)],
+                     ["mount", "-o", "remount,bind,ro", str(self.directory)]):
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                self.__exit__()
+                raise OSError(f"{' '.join(argv)}: {done.stderr.strip()}")
+            self.mounted = True
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.mounted:
+            subprocess.run(["umount", str(self.directory)], capture_output=True, check=False)
+            self.mounted = False
+
+
+def read_only_mount_works(scratch: Path) -> bool:
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        with ReadOnlyMount(scratch):
+            try:
+                (scratch / "probe").write_text("x")
+            except OSError:
+                return True
+            return False
+    except OSError:
+        return False
