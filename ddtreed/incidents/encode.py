@@ -19,6 +19,8 @@ from ..redact import redact, redact_text
 EXCERPT_HEAD_LINES = 60
 EXCERPT_TAIL_LINES = 60
 MAX_FRAMES = 80
+# Crashes stored per incident: every rank of a large TP×DP job, not all of a flood's repeats.
+MAX_STORED_CRASHES = 256
 
 
 def dumps(value: Any) -> str | None:
@@ -52,6 +54,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_plain(item) for item in value]
     return value
+
+
+def crash_records(crashes: Iterable[Crash]) -> list[dict[str, Any]]:
+    """The `tracebacks` column: the first MAX_STORED_CRASHES crashes (a flood repeats itself)."""
+    return [crash_record(crash) for crash in list(crashes)[:MAX_STORED_CRASHES]]
 
 
 def crash_record(crash: Crash) -> dict[str, Any]:

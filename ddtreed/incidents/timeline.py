@@ -166,7 +166,7 @@ def _incident_row(source: str, crashes: tuple[Crash, ...], signature: Signature 
         "message": message if message is not None else (first.message if first else None),
         "params": encode.dumps(params),
         "ranks": encode.dumps(encode.ranks_of(crashes)),
-        "tracebacks": encode.dumps([encode.crash_record(crash) for crash in crashes]),
+        "tracebacks": encode.dumps(encode.crash_records(crashes)),
         "context": encode.dumps(context if context is not None else {}),
     }
 
