@@ -15,7 +15,7 @@ from pathlib import Path
 
 import fast_service
 from fault_harness import DaemonProcess, kill_service_sessions  # noqa: F401  (re-exported)
-from supervision_helpers import free_port, wait_for  # noqa: F401  (re-exported)
+from supervision_helpers import free_port, wait_for
 
 NOBODY = 65534  # a real uid that is neither root nor the test's user
 
@@ -88,7 +88,7 @@ class ReadOnlyMount:
         self.directory = Path(directory)
         self.mounted = False
 
-    def __enter__(self) -> "ReadOnlyMount":
+    def __enter__(self) -> ReadOnlyMount:
         for argv in (["mount", "--bind", str(self.directory), str(self.directory)],
                      ["mount", "-o", "remount,bind,ro", str(self.directory)]):
             done = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -115,3 +115,102 @@ def read_only_mount_works(scratch: Path) -> bool:
             return False
     except OSError:
         return False
+
+
+# ---- hostile HTTP answers ----------------------------------------------------------------------
+
+class HostileHTTP:
+    """A service endpoint that answers every request with one hostile response (`mode`):
+
+    meta-not-a-dict  a 200 whose meta_info is a list
+    deep-json        a 200 of 100,000 nested lists (RecursionError in a naive json.loads)
+    huge-body        a 200 that streams `huge_bytes` of JSON-looking bytes
+    trickle          a 200 that sends one byte per second (a per-read timeout never fires)
+
+    `sent` counts the body bytes the client accepted before it hung up.
+    """
+
+    MODES = ("meta-not-a-dict", "deep-json", "huge-body", "trickle")
+
+    def __init__(self, mode: str, huge_bytes: int = 256 * 1024 * 1024):
+        import socket
+        import threading
+
+        assert mode in self.MODES, mode
+        self.mode, self.huge_bytes, self.sent = mode, huge_bytes, 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import threading
+
+        self._listener.settimeout(0.2)
+        while not self._stopping.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection) -> None:
+        import time as clock
+
+        with connection:
+            connection.settimeout(5)
+            try:
+                connection.recv(65536)
+                if self.mode == "meta-not-a-dict":
+                    self._send(connection, b'{"text": "Paris", "meta_info": [1, 2, 3]}')
+                elif self.mode == "deep-json":
+                    self._send(connection, b"[" * 100_000 + b"]" * 100_000)
+                elif self.mode == "huge-body":
+                    header = f"HTTP/1.1 200 OK\r\nContent-Length: {self.huge_bytes}\r\n\r\n".encode()
+                    connection.sendall(header)
+                    block = b'{"text": "' + b"x" * (1 << 20)
+                    while self.sent < self.huge_bytes and not self._stopping.is_set():
+                        piece = block[: self.huge_bytes - self.sent]
+                        connection.sendall(piece)
+                        self.sent += len(piece)
+                else:  # trickle: a valid, slow body
+                    body = b'{"text": "Paris", "meta_info": {"completion_tokens": 1}}' + b" " * 600
+                    connection.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+                    for index in range(len(body)):
+                        if self._stopping.is_set():
+                            return
+                        connection.sendall(body[index:index + 1])
+                        self.sent += 1
+                        clock.sleep(1.0)
+            except OSError:
+                return  # the client hung up: what it took is in `sent`
+
+    def _send(self, connection, body: bytes) -> None:
+        connection.sendall(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                           f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        self.sent += len(body)
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._listener.close()
+
+    def __enter__(self) -> HostileHTTP:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+# ---- doubled daemons ---------------------------------------------------------------------------
+
+def doubled_daemons(config: Path, directory: Path) -> tuple[DaemonProcess, DaemonProcess]:
+    """A second `ddtreed run` on the state dir of a first one that already serves (a mistaken unit)."""
+    from ddtreed.status import read_status
+
+    state_dir = directory / "state"
+    first = DaemonProcess(config, directory / "daemon1.jsonl")
+    wait_for(lambda: (read_status(state_dir) is not None and read_status(state_dir).pid == first.pid
+                      and read_status(state_dir).state == "running"), 60, what="the first daemon to serve")
+    return first, DaemonProcess(config, directory / "daemon2.jsonl")

@@ -16,7 +16,7 @@ from ddtreed.tracebacks.assembler import MAX_READY_GROUPS
 from ddtreed.tracebacks.groups import MAX_CRASHES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from flood_memory import traceback_text  # noqa: E402
+from flood_memory import traceback_text
 
 FLOOD = 20_000
 

@@ -6,10 +6,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-from hostile import DaemonProcess, ReadOnlyMount, read_only_mount_works, run_cli, service_config, wait_for
-
 import fast_service
+import pytest
+from hostile import (
+    DaemonProcess,
+    ReadOnlyMount,
+    read_only_mount_works,
+    run_cli,
+    service_config,
+    wait_for,
+)
+
 from ddtreed.demo.install import install_engine
 from ddtreed.host import LocalHost
 from ddtreed.paths import shipped

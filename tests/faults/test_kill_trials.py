@@ -20,11 +20,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import fast_service
 import psutil
 import pytest
 from hostile import DaemonProcess, free_port, wait_for
 
-import fast_service
 from ddtreed.host import LocalHost
 from ddtreed.incidents import Store, database_path
 from ddtreed.paths import shipped
