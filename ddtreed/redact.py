@@ -7,7 +7,7 @@ only ever need to say that one was there. One rule set, applied where text leave
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -105,6 +105,32 @@ def redact(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [redact(item) for item in value]
     return value
+
+
+def restore_argv(stored: Sequence[str], reference: Sequence[str]) -> list[str]:
+    """A redacted argv with each secret put back from `reference` (the config's argv), matched by
+    the flag it belongs to; a secret the reference no longer has stays redacted."""
+    original = [str(item) for item in reference]
+    redacted = redact_argv(original)
+    by_context: dict[tuple[str, str], str] = {}
+    by_token: dict[str, str] = {}
+    for index, (plain, hidden) in enumerate(zip(original, redacted)):
+        if plain != hidden:
+            by_context[(redacted[index - 1] if index else "", hidden)] = plain
+            by_token.setdefault(hidden, plain)
+    restored = []
+    for index, item in enumerate(stored):
+        item = str(item)
+        if REDACTED in item:
+            before = str(stored[index - 1]) if index else ""
+            item = by_context.get((before, item), by_token.get(item, item))
+        restored.append(item)
+    return restored
+
+
+def restore_env(stored: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[str, Any]:
+    """A redacted env with each secret value put back from `reference` by its name."""
+    return {key: (reference.get(key, value) if value == REDACTED else value) for key, value in stored.items()}
 
 
 def structlog_processor(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:

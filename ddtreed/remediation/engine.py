@@ -12,13 +12,13 @@ import secrets
 import signal
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import structlog
 
 from ..host import Host, sha256_bytes
 from ..records import IN_PLACE, Application, FileChange, LaunchChange, ServiceContext
-from ..redact import redact
+from ..redact import redact, restore_argv, restore_env
 from . import launchplan, patching
 from .applications import ApplicationTable
 from .catalog import Catalog
@@ -70,25 +70,36 @@ def _launch_dict(change: LaunchChange | None) -> dict[str, Any] | None:
     return {"argv": list(change.argv), "env": dict(change.env), "description": change.description}
 
 
-def _launch(raw: dict[str, Any] | None) -> LaunchChange | None:
+NO_SECRETS: tuple[tuple[str, ...], dict[str, str]] = ((), {})
+
+
+def _launch(raw: dict[str, Any] | None, secrets_from=NO_SECRETS) -> LaunchChange | None:
+    """A recorded launch; its secrets were redacted when stored and come back from the config."""
     if raw is None:
         return None
-    return LaunchChange(argv=tuple(raw["argv"]), env=dict(raw["env"]), description=raw["description"])
+    argv, env = secrets_from
+    return LaunchChange(argv=tuple(restore_argv(raw["argv"], argv)), env=restore_env(dict(raw["env"]), env),
+                        description=raw["description"])
 
 
-def to_application(entry: dict[str, Any]) -> Application:
+def to_application(entry: dict[str, Any], secrets_from=NO_SECRETS) -> Application:
     files = tuple(FileChange(f["path"], f["before_sha256"], f["after_sha256"], f["backup_path"])
                   for f in entry["files"])
     return Application(application_id=entry["application_id"], remediation_id=entry["remediation_id"],
                        kind=entry["kind"], target=entry["target"], summary=entry["summary"],
-                       files=files, launch=_launch(entry.get("launch")), applied_at=entry["applied_at"])
+                       files=files, launch=_launch(entry.get("launch"), secrets_from),
+                       applied_at=entry["applied_at"])
 
 
 class Engine:
-    def __init__(self, host: Host, state_dir: str, catalog: Catalog, incidents=None):
-        """`incidents`: the incident Store the applications are written to (opened when None)."""
+    def __init__(self, host: Host, state_dir: str, catalog: Catalog, incidents=None,
+                 secrets_from: tuple[Sequence[str], Mapping[str, str]] = NO_SECRETS):
+        """`incidents`: the incident Store the applications are written to (opened when None).
+        `secrets_from`: the config's (argv, env); recorded launches are stored with their secrets
+        redacted, and a launch read back to relaunch the service gets them from here."""
         self.host = host
         self.catalog = catalog
+        self.secrets_from = (tuple(secrets_from[0]), dict(secrets_from[1]))
         self.store = Store(state_dir, ApplicationTable(state_dir, incidents))
 
     # ---- planning -------------------------------------------------------------------------
@@ -147,7 +158,7 @@ class Engine:
                 self.store.upsert(entry)
         log.info("remediation_applied", application_id=application_id,
                  remediation=plan.remediation_id, target=plan.target, incident=incident_id)
-        return to_application(entry)
+        return to_application(entry, self.secrets_from)
 
     def _apply_files(self, plan: Plan, entry: dict[str, Any]) -> None:
         application_id = entry["application_id"]
@@ -207,7 +218,7 @@ class Engine:
                 entry.update(status="reverted", reverted_at=time.time())
                 self.store.upsert(entry)
         log.info("remediation_reverted", application_id=application_id, remediation=entry["remediation_id"])
-        return _launch(entry.get("previous"))
+        return _launch(entry.get("previous"), self.secrets_from)
 
     def _revert_files(self, entry: dict[str, Any], force: bool) -> None:
         for change in entry["files"]:
@@ -240,7 +251,7 @@ class Engine:
 
     def status(self) -> list[Application]:
         """The applications in place (applied or verified), oldest first."""
-        return [to_application(e) for e in self.store.entries() if e["status"] in IN_PLACE]
+        return [to_application(e, self.secrets_from) for e in self.store.entries() if e["status"] in IN_PLACE]
 
     def reconcile(self) -> list[str]:
         """Finish or undo an operation a kill interrupted; one sentence per thing done."""

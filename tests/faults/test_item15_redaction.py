@@ -77,3 +77,38 @@ def test_item15_no_secret_reaches_anything_ddtreed_writes(tmp_path):
     assert leaks == []
     started = daemon.events("service.started")
     assert started and all(REDACTED in event["argv"] for event in started)
+
+
+def test_item15_restore_puts_each_secret_back_by_its_flag():
+    from ddtreed.redact import restore_argv, restore_env
+
+    reference = ["serve", "--api-key", "sk-1", "--admin-api-key=sk-2", "--port", "3"]
+    stored = redact_argv(reference + ["--disable-cuda-graph"])
+    assert "sk-1" not in stored and restore_argv(stored, reference) == reference + ["--disable-cuda-graph"]
+    assert restore_argv(["--api-key", REDACTED], []) == ["--api-key", REDACTED]  # no reference: stays hidden
+    assert restore_env({"HF_TOKEN": REDACTED, "A": "1"}, {"HF_TOKEN": "hf"}) == {"HF_TOKEN": "hf", "A": "1"}
+
+
+def test_item15_a_flag_fix_is_stored_redacted_and_relaunches_with_the_real_key(tmp_path):
+    """The applications table holds the launch a verified fix relaunches with: stored without the
+    secret, it must still relaunch the service with it (taken from the config)."""
+    from ddtreed.host import LocalHost
+    from ddtreed.paths import shipped
+    from ddtreed.records import ServiceContext
+    from ddtreed.remediation import Engine, load_remediations
+
+    argv = ("python", "-m", "sglang.launch_server", "--model-path", "m", "--speculative-algorithm", "DDTREE",
+            "--api-key", SECRETS[0], "--port", "30000")
+    env = {"HF_TOKEN": SECRETS[2]}
+    catalog = load_remediations([shipped("remediations")])
+    engine = Engine(LocalHost(), str(tmp_path / "state"), catalog, secrets_from=(argv, env))
+    plan = engine.plan("disable-cuda-graph", ServiceContext(argv=argv), env=env)
+    assert plan.applicable, plan.reason
+    engine.apply(plan)
+    stored = b"".join(path.read_bytes() for path in (tmp_path / "state").rglob("*") if path.is_file())
+    assert SECRETS[0].encode() not in stored and SECRETS[2].encode() not in stored
+    relaunch = Engine(LocalHost(), str(tmp_path / "state"), catalog, secrets_from=(argv, env)).status()[0].launch
+    assert SECRETS[0] in relaunch.argv and "--disable-cuda-graph" in relaunch.argv
+    assert relaunch.env["HF_TOKEN"] == SECRETS[2]
+    shown = Engine(LocalHost(), str(tmp_path / "state"), catalog).history()[0]["launch"]
+    assert SECRETS[0] not in json.dumps(shown)
