@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import shutil
 import signal
 import time
 
 import psutil
 import structlog
+
+from . import rotation
 
 log = structlog.get_logger(__name__)
 
@@ -92,24 +93,7 @@ def gpu_holders(pids: list[int] | None) -> list[int]:
     return sorted(pid for pid in holders if wanted is None or pid in wanted)
 
 
-class LocalFiles:
-    """The rotation's file operations on this machine."""
-
-    @staticmethod
-    def size(path: str) -> int | None:
-        try:
-            return os.stat(path).st_size
-        except FileNotFoundError:
-            return None
-
-    exists = staticmethod(os.path.exists)
-    rename = staticmethod(os.replace)
-    copy = staticmethod(shutil.copyfile)
-    remove = staticmethod(os.unlink)
-
-    @staticmethod
-    def truncate(path: str) -> None:
-        os.truncate(path, 0)
+LocalFiles = rotation.LocalFiles  # the rotation's file operations on this machine (no link following)
 
 
 def _session_of(pid: int) -> int | None:

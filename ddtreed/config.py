@@ -8,6 +8,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .paths import untrusted
 from .records import POLICIES
 
 
@@ -135,7 +136,20 @@ _SECTIONS = {
 def load(path: str | os.PathLike[str]) -> Config:
     """Read and validate a config file; raise ConfigError naming the file and key."""
     path = Path(path)
+    _check_trusted(path)
     return from_mapping(read_toml(path, ConfigError, "config"), source=str(path), base_dir=path.parent)
+
+
+def _check_trusted(path: Path) -> None:
+    """The config's argv runs as ddtreed's user (root): held to the rule files' trust rules."""
+    try:
+        refusal = untrusted(path)
+    except FileNotFoundError:
+        return  # read_toml words it
+    except OSError as problem:
+        raise ConfigError(f"{path}: cannot examine: {problem.strerror}") from None
+    if refusal:
+        raise ConfigError(f"{path}: {refusal}")
 
 
 def read_toml(path: Path, error: type[Exception], what: str) -> dict[str, Any]:

@@ -148,7 +148,9 @@ class LocalHost:
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str | None,
               stdout_path: str, stderr_path: str) -> LocalProcess:
-        with open(stdout_path, "ab", buffering=0) as out, open(stderr_path, "ab", buffering=0) as err:
+        from .rotation import open_log_for_append  # O_NOFOLLOW: never appends through a planted link
+
+        with open_log_for_append(stdout_path) as out, open_log_for_append(stderr_path) as err:
             popen = subprocess.Popen(
                 argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                 start_new_session=True, close_fds=True,

@@ -16,6 +16,8 @@ from typing import Any, TextIO
 
 import structlog
 
+from . import redact
+
 # journald reads a `<N>` syslog priority at the start of a stdout line (SyslogLevelPrefix=, on by
 # default), so `journalctl -p warning` works although ddtreed only writes to stdout.
 _SYSLOG_PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "exception": 3, "critical": 2}
@@ -67,6 +69,7 @@ def configure(json_output: bool | None = None, level: str = "info", stream: Text
     if json_output:
         # The console renderer formats exceptions itself; JSON needs them as a string field.
         tail += [structlog.processors.format_exc_info, _lead_keys]
+    tail.append(redact.structlog_processor)  # last before rendering: exc_info text included
     structlog.configure(
         processors=shared + tail + [renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level_number),

@@ -1,5 +1,5 @@
 """Where the shipped rule, remediation, example and unit files live, and whether a configured
-one may be loaded at all.
+one (or the config file) may be loaded at all.
 
 They ship inside the package (`ddtreed/data/<kind>/`) and are found with importlib.resources
 relative to the `ddtreed` package itself, so a wheel installed any way (venv, `pip install
@@ -39,8 +39,8 @@ def shipped(kind: str) -> Path:
 def untrusted(path: str | os.PathLike[str], roots: Iterable[str | os.PathLike[str]] = ()) -> str | None:
     """Why a rule/remediation file or directory must not be loaded ("refused: …"), or None.
 
-    Rules and remediations decide what the daemon patches and runs, so only their owner may edit
-    them. `roots` are the configured directories the real path (symlinks resolved) must stay in.
+    Rules, remediations and the config decide what the daemon patches and runs, so only root or
+    ddtreed's own user may own them and nobody else may write them. `roots` are the configured directories the real path (symlinks resolved) must stay in.
     Raises OSError (FileNotFoundError…) when the path cannot be examined.
     """
     real = os.path.realpath(path)
@@ -56,4 +56,8 @@ def untrusted(path: str | os.PathLike[str], roots: Iterable[str | os.PathLike[st
     if mode & stat.S_IWGRP and info.st_uid != os.geteuid():
         return (f"refused: group-writable (mode {mode:04o}) and owned by uid {info.st_uid}, not "
                 f"ddtreed's uid {os.geteuid()}; fix with chmod g-w {path}")
+    if info.st_uid not in (0, os.geteuid()):
+        # Its owner can chmod it writable and edit it at will: only root and ddtreed's own user.
+        return (f"refused: owned by uid {info.st_uid}, neither root nor ddtreed's uid {os.geteuid()}; "
+                f"fix with chown {os.geteuid()} {path}")
     return None

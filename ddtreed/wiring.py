@@ -61,7 +61,8 @@ def catalog_for(config: Config | None, override: Sequence[str] | None = None) ->
 def engine_for(config: Config | None, state_dir: str, override: Sequence[str] | None = None) -> Engine:
     """The engine `ddtreed remediate` uses: the same catalog, host and incident store as the daemon."""
     host = service_host(config) if config is not None else LocalHost()
-    return Engine(host, state_dir, catalog_for(config, override))
+    secrets = (config.service.argv, config.service.env) if config is not None else ((), {})
+    return Engine(host, state_dir, catalog_for(config, override), secrets_from=secrets)
 
 
 def service_host(config: Config) -> Host:
@@ -114,7 +115,8 @@ def rebuild(old: Wiring, config: Config) -> Wiring:
 def _assemble(config: Config, host: Host, store: Store, rules: RuleSet, catalog: Catalog,
               clock: Clock, prober: Callable[[str], Prober],
               preflight_checks: Mapping[str, Callable] | None) -> Wiring:
-    engine = Engine(host, config.paths.state_dir, catalog, incidents=store)
+    engine = Engine(host, config.paths.state_dir, catalog, incidents=store,
+                    secrets_from=(config.service.argv, config.service.env))  # stored launches are redacted
     budget = RestartBudget.from_policy(config.policy, clock=clock.monotonic)
     canary = Canary(store, config.canary) if config.canary.enabled else None
     periodic = PeriodicCanary(canary, clock.monotonic) if canary is not None else None

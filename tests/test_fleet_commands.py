@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import sshd
+from supervision_helpers import wait_for
 from ddtreed.fleet import load_inventory, run_on_hosts
 
 pytestmark = [pytest.mark.slow,
@@ -128,12 +129,12 @@ def test_diagnose_remote_log(fleet, tmp_path):
 
 
 def test_rules_push_validates_before_swap_and_reloads(fleet, tmp_path):
-    inventory = fleet.inventory(tmp_path / "inv.toml", defaults={
-        "rules_dir": str(tmp_path / "live-rules"), "state_dir": str(tmp_path / "state")})
     live = tmp_path / "live-rules"
     live.mkdir()
     (live / "old.toml").write_text((REPO / "rules" / "fallback.toml").read_text())
-    listener, marker = _hup_listener(tmp_path)
+    daemon, state_dir = _real_daemon(tmp_path, live)
+    inventory = fleet.inventory(tmp_path / "inv.toml", defaults={
+        "rules_dir": str(live), "state_dir": str(state_dir)})
     try:
         bad = tmp_path / "bad"
         bad.mkdir()
@@ -144,7 +145,7 @@ def test_rules_push_validates_before_swap_and_reloads(fleet, tmp_path):
         assert code == 1 and rejected["error"] == "remote command failed"
         assert "rules rejected, old rules kept" in rejected["detail"] and "memory.toml:1" in rejected["detail"]
         assert sorted(p.name for p in live.iterdir()) == ["old.toml"]  # untouched, no staging left
-        assert not marker.exists()
+        assert not daemon.has("reloaded")
 
         good = tmp_path / "good"
         shutil.copytree(REPO / "rules", good)
@@ -154,32 +155,27 @@ def test_rules_push_validates_before_swap_and_reloads(fleet, tmp_path):
         assert code == 0
         assert result["installed"] == sorted(p.name for p in good.glob("*.toml"))
         assert result["removed"] == ["old.toml"]
-        assert result["reload"] == f"SIGHUP sent to pid {listener.pid}"
+        assert result["reload"] == f"SIGHUP sent to pid {daemon.pid}"
         assert sorted(p.name for p in live.iterdir()) == result["installed"]
         assert (live / "memory.toml").read_bytes() == (good / "memory.toml").read_bytes()
-        deadline = time.monotonic() + 10
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert marker.read_text() == "reloaded"
+        wait_for(lambda: daemon.has("reloaded"), 30, what="the daemon to reload the pushed rules")
     finally:
-        listener.kill()
-        listener.wait()
+        assert daemon.stop() == 0
 
 
-def _hup_listener(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
-    """A stand-in daemon whose pid file the push reads; it writes a marker when it gets SIGHUP."""
-    marker, ready = tmp_path / "hup-marker", tmp_path / "hup-ready"
-    code = ("import signal, pathlib, time\n"
-            f"signal.signal(signal.SIGHUP, lambda *a: pathlib.Path({str(marker)!r}).write_text('reloaded'))\n"
-            f"pathlib.Path({str(ready)!r}).write_text('ready')\n"
-            "while True: time.sleep(0.1)\n")
-    process = subprocess.Popen([sys.executable, "-c", code])
-    (tmp_path / "state").mkdir(exist_ok=True)
-    (tmp_path / "state" / "ddtreed.pid").write_text(f"{process.pid}\n")
-    deadline = time.monotonic() + 10
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return process, marker
+def _real_daemon(tmp_path: Path, rules_dir: Path):
+    """A real `ddtreed run` over the rules dir the push replaces; only it may receive SIGHUP."""
+    sys.path.insert(0, str(REPO / "tests" / "programs"))
+    import fast_service
+    from fault_harness import DaemonProcess
+    from supervision_helpers import free_port
+
+    config = fast_service.write_config(tmp_path / "run", port=free_port(), extra_args=("--disable-cuda-graph",),
+                                       paths={"rules_dirs": [str(rules_dir)]})
+    state_dir = tmp_path / "run" / "state"
+    daemon = DaemonProcess(config, tmp_path / "daemon.jsonl")
+    wait_for(lambda: (state_dir / "ddtreed.pid").exists(), 60, what="the daemon's pid file")
+    return daemon, state_dir
 
 
 def test_remediate_apply_dry_run_apply_and_revert(fleet, tmp_path):

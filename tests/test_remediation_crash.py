@@ -133,7 +133,8 @@ def test_kill_at_each_step_then_reconcile(step, demo, tmp_path):
         if step in ("apply:write:0", "apply:recorded"):
             assert target == patched and sentences and sentences[0].startswith("finished")
         elif step == "apply:journal":
-            assert target == DEMO_SOURCE and sentences[0].startswith("undid")
+            # Killed before the write: nothing to undo, and reconcile must not claim a restore.
+            assert target == DEMO_SOURCE and sentences[0].endswith(": no file had been changed")
         elif step == "apply:backups":
             assert target == DEMO_SOURCE and sentences == []
         else:

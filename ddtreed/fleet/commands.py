@@ -10,6 +10,7 @@ from typing import Any
 
 import structlog
 
+from .. import pidfile
 from .ssh import REMOTE_FAILED, TIMEOUT, Connection, FleetError
 
 log = structlog.get_logger(__name__)
@@ -180,22 +181,31 @@ def _remove_tree(connection: Connection, staging: str) -> None:
 
 
 def reload_daemon(connection: Connection) -> str:
-    """SIGHUP the pid in <state_dir>/ddtreed.pid, else `systemctl reload ddtreed`; say which."""
-    pid_path = posixpath.join(connection.entry.state_dir, "ddtreed.pid")
+    """SIGHUP the state dir's daemon named by <state_dir>/ddtreed.pid, once the host confirmed the
+    pid is that daemon; else `systemctl reload ddtreed`; say which."""
+    state_dir = connection.entry.state_dir
+    pid_path = posixpath.join(state_dir, pidfile.PID_FILE)
     try:
         with connection.sftp().open(pid_path, "r") as handle:
             pid_text = handle.read(64).decode("ascii", "replace").strip()
     except FileNotFoundError:
         pid_text = ""
+    refused = ""
     if pid_text.isdigit():
-        result = connection.run(["kill", "-s", "HUP", "--", pid_text], connection.remaining())
-        if result.returncode == 0:
-            return f"SIGHUP sent to pid {pid_text}"
+        facts = connection.run(["sh", "-c", pidfile.REMOTE_SCRIPT, "sh", pid_text, pid_path], connection.remaining())
+        problem = pidfile.problem(pidfile.parse_remote(int(pid_text), facts.stdout), state_dir)
+        if problem is None:
+            result = connection.run(["kill", "-s", "HUP", "--", pid_text], connection.remaining())
+            if result.returncode == 0:
+                return f"SIGHUP sent to pid {pid_text}"
+        else:
+            log.warning("fleet.stale_pid_file", host=connection.entry.name, pid_file=pid_path, problem=problem)
+            refused = f"no signal sent: {problem}; "
     active = connection.run(["systemctl", "is-active", "--quiet", "ddtreed.service"], connection.remaining())
     if active.returncode == 0:
         result = connection.run(["systemctl", "reload", "ddtreed.service"], connection.remaining())
         if result.returncode == 0:
-            return "systemctl reload ddtreed.service"
-        raise FleetError(REMOTE_FAILED, f"systemctl reload failed: {result.stderr.strip()[-200:]}",
+            return refused + "systemctl reload ddtreed.service"
+        raise FleetError(REMOTE_FAILED, f"{refused}systemctl reload failed: {result.stderr.strip()[-200:]}",
                          exit_code=result.returncode)
-    return "no running daemon to reload (rules apply at its next start)"
+    return refused + "no running daemon to reload (rules apply at its next start)"

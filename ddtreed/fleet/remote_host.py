@@ -13,7 +13,7 @@ import structlog
 
 from ..host import CommandResult
 from ..records import ExitStatus
-from ..rotation import rotate
+from ..rotation import kind_of_mode, rotate
 from . import remote_procs
 from .follower import RemoteFollower
 from .inventory import HostEntry
@@ -286,11 +286,12 @@ class _SftpFiles:
         self._host = host
         self._sftp = host._connection.sftp()
 
-    def size(self, path: str) -> int | None:
+    def kind(self, path: str) -> tuple[str, int, int] | None:
         try:
-            return self._sftp.stat(path).st_size or 0
+            info = self._sftp.lstat(path)  # the entry itself: a planted link is not followed
         except FileNotFoundError:
             return None
+        return kind_of_mode(info.st_mode or 0), info.st_size or 0, hash((path, info.st_mtime, info.st_size))
 
     def exists(self, path: str) -> bool:
         return self._host.exists(path)

@@ -1,4 +1,9 @@
-"""Records to JSON columns and back, and epoch seconds to ISO-8601 UTC text."""
+"""Records to JSON columns and back, and epoch seconds to ISO-8601 UTC text.
+
+Everything the store writes passes through here, so this is where secrets are redacted
+(`--api-key X`, `HF_TOKEN`, `api_key='…'` in a printed ServerArgs): the database, `incidents
+--json` and support bundles never hold them.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +13,30 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 from ..records import Crash
+from ..redact import redact, redact_text
 
 # A device-side assert floods thousands of identical lines; the head and tail tell the story.
 EXCERPT_HEAD_LINES = 60
 EXCERPT_TAIL_LINES = 60
 MAX_FRAMES = 80
+# Crashes stored per incident: every rank of a large TP×DP job, not all of a flood's repeats.
+MAX_STORED_CRASHES = 256
 
 
 def dumps(value: Any) -> str | None:
     if value is None:
         return None
-    return json.dumps(_plain(value), sort_keys=True, default=str)
+    return json.dumps(redact(_plain(value)), sort_keys=True, default=str)
+
+
+def text(value: str | None) -> str | None:
+    """A free-text column (a step's detail, a message, an outcome) with its secrets redacted."""
+    return redact_text(value) if isinstance(value, str) else value
+
+
+def clean_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row about to be written: JSON columns are already redacted, text columns are now."""
+    return {key: text(value) if isinstance(value, str) else value for key, value in row.items()}
 
 
 def loads(text: str | None, empty: Any = None) -> Any:
@@ -36,6 +54,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_plain(item) for item in value]
     return value
+
+
+def crash_records(crashes: Iterable[Crash]) -> list[dict[str, Any]]:
+    """The `tracebacks` column: the first MAX_STORED_CRASHES crashes (a flood repeats itself)."""
+    return [crash_record(crash) for crash in list(crashes)[:MAX_STORED_CRASHES]]
 
 
 def crash_record(crash: Crash) -> dict[str, Any]:

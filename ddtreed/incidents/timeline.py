@@ -33,7 +33,7 @@ class IncidentsMixin(StoreBase):
         row.update(service=service, status="open", started_at=detected_at)
         summary = f"{row['exception'] or source}: {row['message'] or ''}".strip()
         with self.atomic() as db:
-            incident_id = int(db["incidents"].insert(row).last_pk)
+            incident_id = int(db["incidents"].insert(encode.clean_row(row)).last_pk)
             self._insert_step(db, incident_id, "detected", summary[:300],
                               {"ranks": encode.loads(row["ranks"], [])}, detected_at)
         return incident_id
@@ -138,12 +138,12 @@ class IncidentsMixin(StoreBase):
     def _update(self, incident_id: int, **values: Any) -> None:
         with self.atomic() as db:
             self._require(db, "incident", incident_id)
-            db["incidents"].update(incident_id, values)
+            db["incidents"].update(incident_id, encode.clean_row(values))
 
     @staticmethod
     def _insert_step(db, incident_id: int, step: str, detail: str,
                      data: Mapping[str, Any] | None, at: float) -> None:
-        db["steps"].insert({"incident_id": incident_id, "step": step, "detail": detail,
+        db["steps"].insert({"incident_id": incident_id, "step": step, "detail": encode.text(detail),
                             "data": encode.dumps(data), "at": at})
 
 
@@ -166,7 +166,7 @@ def _incident_row(source: str, crashes: tuple[Crash, ...], signature: Signature 
         "message": message if message is not None else (first.message if first else None),
         "params": encode.dumps(params),
         "ranks": encode.dumps(encode.ranks_of(crashes)),
-        "tracebacks": encode.dumps([encode.crash_record(crash) for crash in crashes]),
+        "tracebacks": encode.dumps(encode.crash_records(crashes)),
         "context": encode.dumps(context if context is not None else {}),
     }
 

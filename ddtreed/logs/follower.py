@@ -3,12 +3,16 @@
 Survives rotation by rename, copytruncate, deleted/recreated files and directories, partial and
 overlong lines and binary garbage. Reads big blocks and splits them with C-level `split`, so the
 hot path does no per-line Python work. Waits on inotify in the calling thread (`watch.py`).
+
+Only regular files are followed: a path is opened with O_NOFOLLOW, and a symlink, FIFO or device
+in its place is refused with one warning (until something else takes the path), never read.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 
@@ -43,6 +47,7 @@ class _Source:
     tail: bytes = b""  # the TAIL_BYTES that end at `offset`
     missing_warned: bool = False
     mtime_ns: int = -1  # st_mtime_ns at the last read through the path
+    refused: tuple[int, int] | None = None  # (st_dev, st_ino) of a non-regular entry not followed
 
 
 class Follower:
@@ -151,15 +156,24 @@ class Follower:
     # --- one source -------------------------------------------------------------------------
 
     def _open(self, source: _Source, at_end: bool = False) -> None:
+        if self._still_refused(source):
+            return
         try:
-            fd = os.open(source.path, os.O_RDONLY | os.O_NONBLOCK)
+            # O_NOFOLLOW: a planted link is not followed; O_NONBLOCK: a FIFO does not block the open.
+            fd = os.open(source.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):
             self._warn_missing(source)
             return
         except OSError as error:
-            log.warning("log_open_failed", path=source.path, error=str(error))
+            if not self._refuse(source, "a symlink (not followed)"):
+                log.warning("log_open_failed", path=source.path, error=str(error))
             return
         status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            os.close(fd)
+            self._refuse(source, "not a regular file (FIFO, device or directory)")
+            return
+        source.refused = None
         source.fd, source.identity = fd, (status.st_dev, status.st_ino)
         source.mtime_ns = -1
         source.offset = status.st_size if at_end else 0
@@ -169,6 +183,35 @@ class Follower:
         if source.missing_warned:
             log.info("log_file_appeared", path=source.path)
         source.missing_warned = False
+
+    def _refuse(self, source: _Source, reason: str) -> bool:
+        """Remember a non-regular entry at the path and warn once; False when it is a regular file."""
+        try:
+            status = os.lstat(source.path)
+        except OSError:
+            return False
+        if stat.S_ISREG(status.st_mode):
+            return False
+        identity = (status.st_dev, status.st_ino)
+        if source.refused != identity:
+            log.warning("log_file_refused", path=source.path, reason=reason,
+                        hint="only regular files are followed; replace it with one")
+        source.refused = identity
+        return True
+
+    def _still_refused(self, source: _Source) -> bool:
+        """The refused entry is still there: nothing to open (and nothing to warn about again)."""
+        if source.refused is None:
+            return False
+        try:
+            status = os.lstat(source.path)
+        except OSError:
+            source.refused = None
+            return False
+        if (status.st_dev, status.st_ino) == source.refused and not stat.S_ISREG(status.st_mode):
+            return True
+        source.refused = None
+        return False
 
     def _close(self, source: _Source) -> None:
         if source.fd is not None:
@@ -185,7 +228,7 @@ class Follower:
             self._open(source)
             return self._drain(source) if source.fd is not None else []
         try:
-            status = os.stat(source.path)
+            status = os.lstat(source.path)  # the entry itself: a link replacing the file is a change
         except (FileNotFoundError, NotADirectoryError):
             # Renamed away or deleted: keep reading the old file, the writer may still append.
             self._warn_missing(source)
@@ -223,7 +266,7 @@ class Follower:
         self._orphaned = False
         for source in self._sources:
             try:
-                status = os.stat(source.path)
+                status = os.lstat(source.path)
             except OSError:
                 if source.fd is None:
                     continue
@@ -232,7 +275,10 @@ class Follower:
                 if os.fstat(source.fd).st_size != source.offset:
                     return True
                 continue
-            if (status.st_dev, status.st_ino) != source.identity or status.st_size != source.offset:
+            identity = (status.st_dev, status.st_ino)
+            if source.fd is None and identity == source.refused:
+                continue  # a refused FIFO or link: nothing to read, and no reason to wake up
+            if identity != source.identity or status.st_size != source.offset:
                 return True
         return False
 

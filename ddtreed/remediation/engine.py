@@ -12,12 +12,13 @@ import secrets
 import signal
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import structlog
 
 from ..host import Host, sha256_bytes
 from ..records import IN_PLACE, Application, FileChange, LaunchChange, ServiceContext
+from ..redact import redact, restore_argv, restore_env
 from . import launchplan, patching
 from .applications import ApplicationTable
 from .catalog import Catalog
@@ -69,25 +70,36 @@ def _launch_dict(change: LaunchChange | None) -> dict[str, Any] | None:
     return {"argv": list(change.argv), "env": dict(change.env), "description": change.description}
 
 
-def _launch(raw: dict[str, Any] | None) -> LaunchChange | None:
+NO_SECRETS: tuple[tuple[str, ...], dict[str, str]] = ((), {})
+
+
+def _launch(raw: dict[str, Any] | None, secrets_from=NO_SECRETS) -> LaunchChange | None:
+    """A recorded launch; its secrets were redacted when stored and come back from the config."""
     if raw is None:
         return None
-    return LaunchChange(argv=tuple(raw["argv"]), env=dict(raw["env"]), description=raw["description"])
+    argv, env = secrets_from
+    return LaunchChange(argv=tuple(restore_argv(raw["argv"], argv)), env=restore_env(dict(raw["env"]), env),
+                        description=raw["description"])
 
 
-def to_application(entry: dict[str, Any]) -> Application:
+def to_application(entry: dict[str, Any], secrets_from=NO_SECRETS) -> Application:
     files = tuple(FileChange(f["path"], f["before_sha256"], f["after_sha256"], f["backup_path"])
                   for f in entry["files"])
     return Application(application_id=entry["application_id"], remediation_id=entry["remediation_id"],
                        kind=entry["kind"], target=entry["target"], summary=entry["summary"],
-                       files=files, launch=_launch(entry.get("launch")), applied_at=entry["applied_at"])
+                       files=files, launch=_launch(entry.get("launch"), secrets_from),
+                       applied_at=entry["applied_at"])
 
 
 class Engine:
-    def __init__(self, host: Host, state_dir: str, catalog: Catalog, incidents=None):
-        """`incidents`: the incident Store the applications are written to (opened when None)."""
+    def __init__(self, host: Host, state_dir: str, catalog: Catalog, incidents=None,
+                 secrets_from: tuple[Sequence[str], Mapping[str, str]] = NO_SECRETS):
+        """`incidents`: the incident Store the applications are written to (opened when None).
+        `secrets_from`: the config's (argv, env); recorded launches are stored with their secrets
+        redacted, and a launch read back to relaunch the service gets them from here."""
         self.host = host
         self.catalog = catalog
+        self.secrets_from = (tuple(secrets_from[0]), dict(secrets_from[1]))
         self.store = Store(state_dir, ApplicationTable(state_dir, incidents))
 
     # ---- planning -------------------------------------------------------------------------
@@ -146,27 +158,49 @@ class Engine:
                 self.store.upsert(entry)
         log.info("remediation_applied", application_id=application_id,
                  remediation=plan.remediation_id, target=plan.target, incident=incident_id)
-        return to_application(entry)
+        return to_application(entry, self.secrets_from)
 
     def _apply_files(self, plan: Plan, entry: dict[str, Any]) -> None:
         application_id = entry["application_id"]
-        for index, planned in enumerate(plan.files):
+        for planned in plan.files:
             if self.host.read_bytes(planned.path) != planned.before:
                 raise ApplyError(f"{planned.path} changed since the plan was made; plan again")
-            entry["files"].append({
-                "path": planned.path, "relative": planned.relative,
-                "before_sha256": sha256_bytes(planned.before), "after_sha256": sha256_bytes(planned.after),
-                "backup_path": self.store.write_backup(application_id, f"{index}.before", planned.before),
-                "after_path": self.store.write_backup(application_id, f"{index}.after", planned.after)})
-        _checkpoint("apply:backups")
-        self.store.write_journal("apply", entry)
+        try:
+            for index, planned in enumerate(plan.files):
+                entry["files"].append({
+                    "path": planned.path, "relative": planned.relative,
+                    "before_sha256": sha256_bytes(planned.before), "after_sha256": sha256_bytes(planned.after),
+                    "backup_path": self.store.write_backup(application_id, f"{index}.before", planned.before),
+                    "after_path": self.store.write_backup(application_id, f"{index}.after", planned.after)})
+            _checkpoint("apply:backups")
+            self.store.write_journal("apply", entry)
+        except OSError as error:  # a full or read-only state dir: nothing was touched yet
+            self.store.drop_backups(application_id)
+            self.store.clear_journal()
+            raise ApplyError(f"{plan.remediation_id}: cannot keep the backup in {self.store.root}: "
+                             f"{error.strerror or error}") from None
         _checkpoint("apply:journal")
+        written: list[PlannedFile] = []
         for index, planned in enumerate(plan.files):
-            self.host.write_atomic(planned.path, planned.after)
+            try:
+                self.host.write_atomic(planned.path, planned.after)
+            except OSError as error:
+                self._undo_partial_apply(application_id, written)
+                raise ApplyError(f"{planned.path}: cannot write the patch: {error.strerror or error} "
+                                 "(read-only site-packages?); nothing was changed") from None
+            written.append(planned)
             _checkpoint(f"apply:write:{index}")
         self.store.upsert(entry)
         _checkpoint("apply:recorded")
         self.store.clear_journal()
+
+    def _undo_partial_apply(self, application_id: str, written: list[PlannedFile]) -> None:
+        """A write failed: put back the files already written, then drop the journal and backups.
+        Should a put-back fail too, the journal stays and the next start's reconcile finishes it."""
+        for planned in reversed(written):
+            self.host.write_atomic(planned.path, planned.before)
+        self.store.clear_journal()
+        self.store.drop_backups(application_id)
 
     # ---- revert ---------------------------------------------------------------------------
     def revert(self, application_id: str, force: bool = False) -> LaunchChange | None:
@@ -184,7 +218,7 @@ class Engine:
                 entry.update(status="reverted", reverted_at=time.time())
                 self.store.upsert(entry)
         log.info("remediation_reverted", application_id=application_id, remediation=entry["remediation_id"])
-        return _launch(entry.get("previous"))
+        return _launch(entry.get("previous"), self.secrets_from)
 
     def _revert_files(self, entry: dict[str, Any], force: bool) -> None:
         for change in entry["files"]:
@@ -204,8 +238,9 @@ class Engine:
 
     # ---- status and recovery --------------------------------------------------------------
     def history(self) -> list[dict[str, Any]]:
-        """Every application with its status and, for patches, the file's hash now."""
-        entries = self.store.entries()
+        """Every application with its status and, for patches, the file's hash now (for display:
+        secrets in a recorded launch are redacted)."""
+        entries = [redact(entry) for entry in self.store.entries()]
         for entry in entries:
             for change in entry["files"]:
                 try:
@@ -216,7 +251,7 @@ class Engine:
 
     def status(self) -> list[Application]:
         """The applications in place (applied or verified), oldest first."""
-        return [to_application(e) for e in self.store.entries() if e["status"] in IN_PLACE]
+        return [to_application(e, self.secrets_from) for e in self.store.entries() if e["status"] in IN_PLACE]
 
     def reconcile(self) -> list[str]:
         """Finish or undo an operation a kill interrupted; one sentence per thing done."""

@@ -38,16 +38,18 @@ def _current(host: Host, path: str) -> str | None:
         return None
 
 
-def _restore(host: Host, store: Store, changes: list[dict[str, Any]]) -> list[str]:
-    """Put the pre-image back where the new bytes are; return the paths left alone (foreign)."""
-    foreign = []
+def _restore(host: Host, store: Store, changes: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """Put the pre-image back where the new bytes are; return (paths restored, paths left alone
+    because something else changed them)."""
+    restored, foreign = [], []
     for change in changes:
         now = _current(host, change["path"])
         if now == change["after_sha256"]:
             host.write_atomic(change["path"], store.read_backup(change["backup_path"]))
+            restored.append(change["path"])
         elif now != change["before_sha256"]:
             foreign.append(change["path"])
-    return foreign
+    return restored, foreign
 
 
 def _finish_apply(host: Host, store: Store, entry: dict[str, Any]) -> str:
@@ -59,16 +61,19 @@ def _finish_apply(host: Host, store: Store, entry: dict[str, Any]) -> str:
             store.upsert(entry)
         return Reconciled.of(f"finished the interrupted {name}: every file already had the new bytes; "
                              "recorded it", entry, "finished-apply")
-    foreign = _restore(host, store, changes)
+    restored, foreign = _restore(host, store, changes)
     store.drop_backups(entry["application_id"])
-    sentence = f"undid the interrupted {name}: restored the original bytes"
+    if restored:
+        sentence = f"undid the interrupted {name}: restored the original bytes of {', '.join(restored)}"
+    else:  # killed (or failed) before any target was written: there was nothing to undo
+        sentence = f"dropped the interrupted {name}: no file had been changed"
     if foreign:
         sentence += f"; left {', '.join(foreign)} alone (changed by something else)"
     return Reconciled.of(sentence, entry, "undid-apply")
 
 
 def _finish_revert(host: Host, store: Store, entry: dict[str, Any]) -> str:
-    foreign = _restore(host, store, entry["files"])
+    _restored, foreign = _restore(host, store, entry["files"])
     entry.update(status="reverted", reverted_at=time.time())
     store.upsert(entry)
     sentence = (f"completed the interrupted revert of {entry['remediation_id']} "

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..host import write_atomic
+from ..redact import redact
 from .applications import ApplicationTable
 
 
@@ -91,7 +92,8 @@ class Store:
 
     def write_journal(self, operation: str, entry: dict[str, Any]) -> None:
         self._ensure()
-        data = json.dumps({"operation": operation, "entry": entry}, sort_keys=True).encode()
+        # Recovery needs the files, never the launch argv/env: those stay out (their secrets too).
+        data = json.dumps({"operation": operation, "entry": redact(entry)}, sort_keys=True).encode()
         write_atomic(str(self.journal_path), data, 0o600)
 
     def clear_journal(self) -> None:

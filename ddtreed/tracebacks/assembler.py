@@ -19,7 +19,10 @@ from .groups import Group
 
 log = structlog.get_logger(__name__)
 
-MAX_READY_GROUPS = 64
+# Sealed groups waiting for take(): the daemon takes every loop turn, so more only pile up under a
+# flood, where later groups repeat the first ones. The earliest are kept (the founding crash is
+# in them), later ones dropped and counted: memory and diagnosis time stay bounded.
+MAX_READY_GROUPS = 2
 CONTEXT_LOOKBACK = 8  # lines before a traceback header searched for warnings that explain it
 CONSUMED, FINISH, SKIPPED = "consumed", "finish", "skipped"
 
@@ -52,7 +55,8 @@ class Assembler:
         self.max_group_s = max_group_s  # a group that never goes quiet is still emitted
         self._states: dict[str, _SourceState] = {}
         self._group: Group | None = None
-        self._ready: deque[tuple[Crash, ...]] = deque(maxlen=MAX_READY_GROUPS)  # sealed when full
+        self._ready: list[tuple[Crash, ...]] = []  # sealed when full, at most MAX_READY_GROUPS
+        self._dropped = 0  # crashes of groups dropped since the last take()
 
     # --- input --------------------------------------------------------------------------------
 
@@ -79,6 +83,10 @@ class Assembler:
             self._finish_complete(now)
         ready = [crashes for crashes in self._ready if crashes]
         self._ready.clear()
+        if self._dropped:
+            log.warning("crash_groups_dropped", crashes=self._dropped, kept_groups=MAX_READY_GROUPS,
+                        reason="a flood of tracebacks: the earliest groups are kept")
+            self._dropped = 0
         group = self._group
         if group is None:
             return ready
@@ -305,10 +313,13 @@ class Assembler:
     def _crash(self, crash: Crash, now: float) -> None:
         group = self._activity(now)
         if group.full:
-            # Bounded memory without losing crashes: a full group is sealed and a new one begun.
-            if len(self._ready) == self._ready.maxlen:
-                log.warning("crash_groups_dropped", reason="take() not called", kept=self._ready.maxlen)
-            self._ready.append(group.emit())
+            # Bounded memory: a full group is sealed and a new one begun; past MAX_READY_GROUPS
+            # sealed groups the newest is dropped (counted), never the founding crash's.
+            sealed = group.emit()
+            if len(self._ready) < MAX_READY_GROUPS:
+                self._ready.append(sealed)
+            else:
+                self._dropped += len(sealed)
             self._group = None
             group = self._activity(now)
         group.add_crash(crash)
