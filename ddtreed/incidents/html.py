@@ -12,7 +12,7 @@ import html
 from typing import Any, Iterable, Mapping
 
 from .evidence import describe_exit
-from .views import STATUS_MEANS, fill_numbers, flag_changes, seconds, when
+from .views import STATUS_MEANS, _short_param, fill_numbers, flag_changes, seconds, when
 
 WIDTH, LEFT, RIGHT = 980, 130, 24
 LANE_H = 46
@@ -159,7 +159,9 @@ def timeline_svg(incident: Mapping[str, Any]) -> str:
     y = 30 + 12
     for begin, finish, state, label in _service_segments(incident, end):
         x1, x2 = scale.x(begin), scale.x(finish)
-        if state == "crashed":
+        if state == "crashed":  # down until the restart: a pale band under the crash marks
+            parts.append(f'<rect class="phase" data-state="down" x="{x1}" y="{y + 4}" width="{max(x2 - x1, 1.5)}" '
+                         f'height="10" fill="#f3c4c4"><title>down {_e(seconds(finish - begin))}</title></rect>')
             continue
         parts.append(f'<rect class="phase" data-state="{state}" x="{x1}" y="{y}" width="{max(x2 - x1, 1.5)}" '
                      f'height="18" rx="3" fill="{COLOURS[state]}"><title>{_e(label)} {_e(seconds(finish - begin))}</title></rect>')
@@ -266,7 +268,7 @@ def _diagnosis_section(incident: Mapping[str, Any]) -> str:
         parts.insert(0, f"<p><strong>{_e(incident['title'])}</strong></p>")
     if incident.get("advice"):
         parts.append(f"<h2>advice</h2><p>{_e(incident['advice'])}</p>")
-    short = {k: v for k, v in params.items() if not isinstance(v, (dict, list)) and len(str(v)) <= 60}
+    short = {k: v for k, v in params.items() if _short_param(v, incident)}
     if short:
         parts.append("<h2>evidence (params)</h2><dl>" + "".join(
             f"<dt>{_e(k)}</dt><dd class=\"mono\">{_e(v)}</dd>" for k, v in sorted(short.items())) + "</dl>")
@@ -300,7 +302,7 @@ def _remediation_section(incident: Mapping[str, Any]) -> str:
 
 def _steps_table(incident: Mapping[str, Any]) -> str:
     rows = "".join(f"<tr><td class=\"mono\">+{s['since_detection_s']:.3f}s</td><td class=\"mono\">{_e(when(s['at']))}</td>"
-                   f"<td>{_e(s['step'])}</td><td>{_e(s.get('detail') or '')}</td></tr>"
+                   f"<td>{_e(s['step'])}</td><td style=\"white-space:pre-line\">{_e(s.get('detail') or '')}</td></tr>"
                    for s in _steps(incident))
     return ("<section><h2>steps</h2><table id=\"steps\"><tr><th>after</th><th>at (UTC)</th><th>step</th><th>detail</th></tr>"
             + rows + "</table></section>")
