@@ -15,7 +15,8 @@ from typing import Any
 import psutil
 
 from ..status import STATUS_FILE, DaemonStatus, StatusError, read_status
-from .common import CliError, add_config, add_json, add_state_dir, load_config, print_json, state_dir
+from .common import (CliError, add_config, add_json, add_state_dir, load_config, print_json,
+                     require_state_dir, state_dir)
 
 RUNNING, STALE, NOT_RUNNING = 0, 1, 3
 
@@ -64,7 +65,7 @@ def run_install(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    directory = Path(state_dir(args, load_config(args.config)))
+    directory = Path(require_state_dir(state_dir(args, load_config(args.config))))
     reports = [_report(directory)]
     # The template unit keeps each instance in <dir>/<name>: with nothing in <dir>, show those.
     found = [] if reports[0]["daemon"] else sorted(p.parent for p in directory.glob(f"*/{STATUS_FILE}"))
