@@ -10,7 +10,9 @@ from . import (
     canary_cmd,
     diagnose_cmd,
     fleet_cmd,
+    help_text,
     incidents_cmd,
+    logs_cmd,
     preflight_cmd,
     remediate_cmd,
     run_cmd,
@@ -19,7 +21,7 @@ from . import (
 from .common import CliError
 
 _GROUPS = (run_cmd, incidents_cmd, diagnose_cmd, remediate_cmd, preflight_cmd, canary_cmd,
-           service_cmd, fleet_cmd)
+           service_cmd, logs_cmd, fleet_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in _GROUPS:
         group.register(commands)
+    help_text.apply(parser)
     return parser
 
 
