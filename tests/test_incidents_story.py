@@ -18,7 +18,7 @@ import pytest
 
 from ddtreed.cli import main
 from ddtreed.incidents import Store, database_path
-from ddtreed.incidents.evidence import StderrTail, evidence
+from ddtreed.incidents.evidence import ServiceOutput, StderrTail, evidence
 from ddtreed.records import Application, Crash, LaunchChange, RuleMatch, Signature
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,3 +221,28 @@ def test_help_has_examples_and_lists_show_once(capsys):
     out = capsys.readouterr().out
     assert "examples:" in out and "ddtreed incidents show 12" in out
     assert sum(line.split()[:1] == ["show"] for line in out.splitlines()) == 1
+
+
+def test_the_next_crash_of_an_open_incident_is_found_by_its_signature(tmp_path):
+    with Store(database_path(tmp_path)) as store:
+        signature = Signature(fingerprint="loop", exception=None, normalized_message="exit", frames=(), params={})
+        incident = store.open_incident("crash", (), signature, detected_at=T0)
+        assert store.open_incident_for("loop", active_since=T0 - 1) == incident
+        assert store.open_incident_for("loop", active_since=T0 + 1) is None  # quiet too long: a new one
+        assert store.open_incident_for("other", active_since=T0 - 1) is None
+        store.finish(incident, "escalated", at=T0 + 2)
+        assert store.open_incident_for("loop", active_since=T0 - 1) is None
+
+
+def test_service_output_prefers_stderr_and_falls_back_to_stdout():
+    from ddtreed.records import LogChunk
+
+    output = ServiceOutput(["/l/service.stderr.log"], ["/l/service.stdout.log"])
+    output.feed(LogChunk("/l/service.stdout.log", 1, ("INFO loading", "RuntimeError: boom on stdout"), T0))
+    output.feed(LogChunk("/l/service.stderr.log", 1, ("warming up",), T0))
+    found = output.evidence(exit_code=1, phase="weights loading")
+    assert found["last_error"] == "RuntimeError: boom on stdout" and found["stderr_path"] == "/l/service.stdout.log"
+    output.feed(LogChunk("/l/service.stderr.log", 2, ("ModuleNotFoundError: No module named 'sglang'",), T0))
+    found = output.evidence(signal=9)
+    assert found["last_error"] == "ModuleNotFoundError: No module named 'sglang'"
+    assert (found["signal_name"], found["stderr_path"]) == ("SIGKILL", "/l/service.stderr.log")

@@ -56,6 +56,34 @@ class StderrTail:
         self._bytes = 0
 
 
+class ServiceOutput:
+    """The tails of the service's stderr and stdout, fed with the follower's chunks.
+
+    The daemon makes one per launch (`feed` every chunk it reads), then `evidence(...)` when the
+    service fails: stderr first (where Python and SGLang print errors), stdout when stderr said
+    nothing.
+    """
+
+    def __init__(self, stderr_paths: Iterable[str] = (), stdout_paths: Iterable[str] = ()):
+        self.stderr_paths = set(stderr_paths)
+        self.stdout_paths = set(stdout_paths)
+        self.stderr = StderrTail()
+        self.stdout = StderrTail()
+
+    def feed(self, chunk) -> None:
+        if chunk.source in self.stderr_paths:
+            self.stderr.feed(chunk.lines)
+        elif chunk.source in self.stdout_paths or not self.stderr_paths:
+            self.stdout.feed(chunk.lines)
+
+    def evidence(self, *, exit_code: int | None = None, signal: int | None = None,
+                 phase: str | None = None) -> dict[str, Any]:
+        lines, path = self.stderr.lines(), next(iter(self.stderr_paths), None)
+        if not lines or last_error_line(lines) is None and last_error_line(self.stdout.lines()):
+            lines, path = (self.stdout.lines() or lines), next(iter(self.stdout_paths), path)
+        return evidence(lines, exit_code=exit_code, signal=signal, phase=phase, stderr_path=path)
+
+
 def last_error_line(lines: Iterable[str]) -> str | None:
     """The last line that reads as an error (`ModuleNotFoundError: No module named 'sglang'`)."""
     found = None

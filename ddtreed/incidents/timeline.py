@@ -114,6 +114,18 @@ class IncidentsMixin(StoreBase):
             rows = db.query(sql, [fingerprint, -1.0 if since is None else since, int(limit)])
             return [_with_duration(row) for row in rows]
 
+    def open_incident_for(self, fingerprint: str | None, active_since: float) -> int | None:
+        """The open incident of this signature with a step since `active_since`: a crash loop's
+        next crash is a recurrence of it, not a new incident."""
+        if not fingerprint:
+            return None
+        sql = ("SELECT i.id FROM incidents i WHERE i.fingerprint = ? AND i.status = 'open' AND "
+               "(SELECT MAX(s.at) FROM steps s WHERE s.incident_id = i.id) >= ? "
+               "ORDER BY i.started_at DESC, i.id DESC LIMIT 1")
+        with self.reading() as db:
+            row = db.execute(sql, [fingerprint, float(active_since)]).fetchone()
+        return int(row[0]) if row else None
+
     def verified_fix_for(self, fingerprint: str) -> dict[str, Any] | None:
         """The newest verified application made for an incident of this signature, not reverted
         by ddtreed (one undone from outside, by a reinstall, still counts: its crash recurring is news)."""
