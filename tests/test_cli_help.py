@@ -37,7 +37,8 @@ def service_logs(tmp_path: Path) -> Path:
     (logs / "service.stderr.log").write_text("loading\nModuleNotFoundError: No module named 'sglang'\n")
     config = tmp_path / "ddtreed.toml"
     config.write_text('[service]\nargv = ["python", "-m", "sglang.launch_server"]\n'
-                      f'[paths]\nlog_dir = {json.dumps(str(logs))}\nstate_dir = {json.dumps(str(tmp_path / "state"))}\n')
+                      f'[paths]\nlog_dir = {json.dumps(str(logs))}\n'
+                      f'state_dir = {json.dumps(str(tmp_path / "state"))}\n')
     return config
 
 

@@ -109,7 +109,8 @@ def _trial(root: Path, index: int, point: tuple[str, float], cycle: dict) -> dic
     with Store(database_path(state_dir)) as store:
         incidents = store.list_incidents(limit=100)
     return {
-        "index": index, "kill_after": f"{delay:.2f}s after {anchor}", "anchor": anchor, "delay": delay, "at_kill": at_kill,
+        "index": index, "kill_after": f"{delay:.2f}s after {anchor}", "anchor": anchor, "delay": delay,
+        "at_kill": at_kill,
         "final": target.read_bytes(),
         "serves": serves, "exit_code": code, "applied": engine.status(),
         "journal": (state_dir / "remediation" / "journal.json").exists(),

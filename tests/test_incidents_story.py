@@ -45,7 +45,8 @@ def run(capsys, *argv):
 def service_evidence(exit_code=1, phase="starting: before weights-loading") -> dict:
     tail = StderrTail()
     tail.feed_text(STDERR)
-    return evidence(tail.lines(), exit_code=exit_code, phase=phase, stderr_path="/var/log/ddtreed/kimi/service.stderr.log")
+    return evidence(tail.lines(), exit_code=exit_code, phase=phase,
+                    stderr_path="/var/log/ddtreed/kimi/service.stderr.log")
 
 
 def record_escalated(store: Store) -> int:

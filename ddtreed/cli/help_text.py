@@ -10,67 +10,147 @@ import argparse
 
 # Command path -> (description or None to keep the group's own, examples).
 HELP: dict[tuple[str, ...], tuple[str | None, tuple[str, ...]]] = {
-    (): (None, ("ddtreed demo                                  # the whole loop in about a minute",
-                "ddtreed preflight --config /etc/ddtreed/kimi.toml",
-                "ddtreed status --config /etc/ddtreed/kimi.toml",
-                "ddtreed incidents --config /etc/ddtreed/kimi.toml --since 24h")),
-    ("run",): (None, ("ddtreed run --config /etc/ddtreed/kimi.toml",
-                      "ddtreed run --config kimi.toml --state-dir /tmp/ddtreed-try --log-format console")),
-    ("demo",): (None, ("ddtreed demo", "ddtreed demo --state-dir /tmp/demo && ddtreed incidents --state-dir /tmp/demo",
-                       "ddtreed demo --preflight", "ddtreed demo --device cuda --fault device-assert")),
-    ("diagnose",): (None, ("ddtreed diagnose /var/log/ddtreed/kimi/service.stderr.log",
-                           "ddtreed diagnose crash.log --config /etc/ddtreed/kimi.toml --explain",
-                           "ddtreed diagnose crash.log --json | jq '.incidents[].category'")),
-    ("rules",): ("Rules are TOML files that turn a parsed crash (exception, message, frames, launch "
-                 "context) into a diagnosis and a ladder of remediations. List the loaded rules, "
-                 "validate files (file:line: field: problem), or test one file against a log.",
-                 ("ddtreed rules list", "ddtreed rules check --rules-dir ./my-rules",
-                  "ddtreed rules test ./my-rules/oom.toml crash.log")),
+    (): (
+        None,
+        (
+            "ddtreed demo                                  # the whole loop in about a minute",
+            "ddtreed preflight --config /etc/ddtreed/kimi.toml",
+            "ddtreed status --config /etc/ddtreed/kimi.toml",
+            "ddtreed incidents --config /etc/ddtreed/kimi.toml --since 24h",
+        ),
+    ),
+    ("run",): (
+        None,
+        (
+            "ddtreed run --config /etc/ddtreed/kimi.toml",
+            "ddtreed run --config kimi.toml --state-dir /tmp/ddtreed-try --log-format console",
+        ),
+    ),
+    ("demo",): (
+        None,
+        (
+            "ddtreed demo",
+            "ddtreed demo --state-dir /tmp/demo && ddtreed incidents --state-dir /tmp/demo",
+            "ddtreed demo --preflight",
+            "ddtreed demo --device cuda --fault device-assert",
+        ),
+    ),
+    ("diagnose",): (
+        None,
+        (
+            "ddtreed diagnose /var/log/ddtreed/kimi/service.stderr.log",
+            "ddtreed diagnose crash.log --config /etc/ddtreed/kimi.toml --explain",
+            "ddtreed diagnose crash.log --json | jq '.incidents[].category'",
+        ),
+    ),
+    ("rules",): (
+        "Rules are TOML files that turn a parsed crash (exception, message, frames, launch "
+        "context) into a diagnosis and a ladder of remediations. List the loaded rules, "
+        "validate files (file:line: field: problem), or test one file against a log.",
+        (
+            "ddtreed rules list",
+            "ddtreed rules check --rules-dir ./my-rules",
+            "ddtreed rules test ./my-rules/oom.toml crash.log",
+        ),
+    ),
     ("rules", "list"): (None, ("ddtreed rules list --json | jq -r '.[].id'",)),
     ("rules", "check"): (None, ("ddtreed rules check --rules-dir /etc/ddtreed/rules",)),
-    ("rules", "test"): (None, ("ddtreed rules test rules/cuda-graph.toml tests/corpus/logs/ddtree-verify-width-8-vs-33.log",)),
-    ("remediate",): ("Remediations are verified, reversible changes: a hash-checked patch of the installed "
-                     "sglang, or a launch flag / environment change. List the catalog, apply or revert "
-                     "one by hand, show what is applied, lift a freeze on a signature.",
-                     ("ddtreed remediate list", "ddtreed remediate apply ddtree-verify-graph-width --config kimi.toml --dry-run",
-                      "ddtreed remediate status --config kimi.toml")),
+    ("rules", "test"): (
+        None,
+        ("ddtreed rules test rules/cuda-graph.toml tests/corpus/logs/ddtree-verify-width-8-vs-33.log",),
+    ),
+    ("remediate",): (
+        "Remediations are verified, reversible changes: a hash-checked patch of the installed "
+        "sglang, or a launch flag / environment change. List the catalog, apply or revert "
+        "one by hand, show what is applied, lift a freeze on a signature.",
+        (
+            "ddtreed remediate list",
+            "ddtreed remediate apply ddtree-verify-graph-width --config kimi.toml --dry-run",
+            "ddtreed remediate status --config kimi.toml",
+        ),
+    ),
     ("remediate", "list"): (None, ("ddtreed remediate list --json",)),
-    ("remediate", "apply"): (None, ("ddtreed remediate apply ddtree-verify-graph-width --config kimi.toml --dry-run",
-                                    "ddtreed remediate apply lower-cuda-graph-max-bs --config kimi.toml")),
+    ("remediate", "apply"): (
+        None,
+        (
+            "ddtreed remediate apply ddtree-verify-graph-width --config kimi.toml --dry-run",
+            "ddtreed remediate apply lower-cuda-graph-max-bs --config kimi.toml",
+        ),
+    ),
     ("remediate", "revert"): (None, ("ddtreed remediate revert 20261201101500-a1b2c3 --config kimi.toml",)),
     ("remediate", "status"): (None, ("ddtreed remediate status --config kimi.toml --json",)),
     ("remediate", "unfreeze"): (None, ("ddtreed remediate unfreeze 3f2a9c1e --config kimi.toml",)),
     ("remediate", "promote"): (None, ("ddtreed remediate promote --config kimi.toml",)),
-    ("preflight",): (None, ("ddtreed preflight --config /etc/ddtreed/kimi.toml",
-                            "ddtreed preflight --config kimi.toml --strict --json")),
-    ("canary",): ("The output canary: greedy prompts whose outputs are compared token by token with "
-                  "golden outputs recorded per (model, draft model, sglang version), with acceptance "
-                  "length watched too. Catches a service that answers but answers wrong.",
-                  ("ddtreed canary record --config kimi.toml   # once, on a service you trust",
-                   "ddtreed canary check --config kimi.toml", "ddtreed canary status --config kimi.toml")),
+    ("preflight",): (
+        None,
+        ("ddtreed preflight --config /etc/ddtreed/kimi.toml", "ddtreed preflight --config kimi.toml --strict --json"),
+    ),
+    ("canary",): (
+        "The output canary: greedy prompts whose outputs are compared token by token with "
+        "golden outputs recorded per (model, draft model, sglang version), with acceptance "
+        "length watched too. Catches a service that answers but answers wrong.",
+        (
+            "ddtreed canary record --config kimi.toml   # once, on a service you trust",
+            "ddtreed canary check --config kimi.toml",
+            "ddtreed canary status --config kimi.toml",
+        ),
+    ),
     ("canary", "record"): (None, ("ddtreed canary record --config /etc/ddtreed/kimi.toml",)),
     ("canary", "check"): (None, ("ddtreed canary check --config /etc/ddtreed/kimi.toml --json",)),
     ("canary", "status"): (None, ("ddtreed canary status --state-dir /var/lib/ddtreed/kimi",)),
-    ("install",): (None, ("ddtreed install --dry-run", "ddtreed install --config-name kimi --user sglang",
-                          "ddtreed install --root /tmp/image --config-name kimi")),
-    ("status",): (None, ("ddtreed status --config /etc/ddtreed/kimi.toml",
-                         "ddtreed status --state-dir /var/lib/ddtreed          # every ddtreed@ instance",
-                         "ddtreed status --state-dir /var/lib/ddtreed/kimi --json | jq .daemon.state")),
-    ("logs",): (None, ("ddtreed logs --config /etc/ddtreed/kimi.toml",
-                       "ddtreed logs --config kimi.toml -n 200 --stream stderr",
-                       "ddtreed logs --config kimi.toml -f")),
-    ("fleet",): (None, ("ddtreed fleet status --inventory fleet.toml",
-                        "ddtreed fleet incidents --inventory fleet.toml --tag h200 --json",
-                        "ddtreed fleet rules push ./rules --inventory fleet.toml")),
+    ("install",): (
+        None,
+        (
+            "ddtreed install --dry-run",
+            "ddtreed install --config-name kimi --user sglang",
+            "ddtreed install --root /tmp/image --config-name kimi",
+        ),
+    ),
+    ("status",): (
+        None,
+        (
+            "ddtreed status --config /etc/ddtreed/kimi.toml",
+            "ddtreed status --state-dir /var/lib/ddtreed          # every ddtreed@ instance",
+            "ddtreed status --state-dir /var/lib/ddtreed/kimi --json | jq .daemon.state",
+        ),
+    ),
+    ("logs",): (
+        None,
+        (
+            "ddtreed logs --config /etc/ddtreed/kimi.toml",
+            "ddtreed logs --config kimi.toml -n 200 --stream stderr",
+            "ddtreed logs --config kimi.toml -f",
+        ),
+    ),
+    ("fleet",): (
+        None,
+        (
+            "ddtreed fleet status --inventory fleet.toml",
+            "ddtreed fleet incidents --inventory fleet.toml --tag h200 --json",
+            "ddtreed fleet rules push ./rules --inventory fleet.toml",
+        ),
+    ),
     ("fleet", "status"): (None, ("ddtreed fleet status --inventory fleet.toml --hosts gpu-a,gpu-b",)),
     ("fleet", "incidents"): (None, ("ddtreed fleet incidents --inventory fleet.toml --limit 20",)),
-    ("fleet", "diagnose"): (None, ("ddtreed fleet diagnose /var/log/ddtreed/kimi/service.stderr.log --inventory fleet.toml",)),
+    ("fleet", "diagnose"): (
+        None,
+        ("ddtreed fleet diagnose /var/log/ddtreed/kimi/service.stderr.log --inventory fleet.toml",),
+    ),
     ("fleet", "logs"): (None, ("ddtreed fleet logs --inventory fleet.toml --lines 100",)),
     ("fleet", "rules"): (None, ("ddtreed fleet rules push ./rules --inventory fleet.toml",)),
     ("fleet", "rules", "push"): (None, ("ddtreed fleet rules push ./rules --inventory fleet.toml --tag canary",)),
-    ("fleet", "remediate"): (None, ("ddtreed fleet remediate apply disable-cuda-graph --inventory fleet.toml --dry-run",)),
-    ("fleet", "remediate", "apply"): (None, ("ddtreed fleet remediate apply disable-cuda-graph --inventory fleet.toml",)),
-    ("fleet", "remediate", "revert"): (None, ("ddtreed fleet remediate revert 20261201101500-a1b2c3 --inventory fleet.toml",)),
+    ("fleet", "remediate"): (
+        None,
+        ("ddtreed fleet remediate apply disable-cuda-graph --inventory fleet.toml --dry-run",),
+    ),
+    ("fleet", "remediate", "apply"): (
+        None,
+        ("ddtreed fleet remediate apply disable-cuda-graph --inventory fleet.toml",),
+    ),
+    ("fleet", "remediate", "revert"): (
+        None,
+        ("ddtreed fleet remediate revert 20261201101500-a1b2c3 --inventory fleet.toml",),
+    ),
 }
 
 

@@ -261,7 +261,8 @@ def _print_event(args: argparse.Namespace, row: dict, previous: tuple | None, in
     what = {
         "exists": f"{row['status']}",
         "opened": f"opened: {row['status']}",
-        "ended": f"{previous[0] if previous else 'open'} → {row['status']}" + (f": {row['outcome']}" if row.get("outcome") else ""),
+        "ended": f"{previous[0] if previous else 'open'} → {row['status']}"
+                 + (f": {row['outcome']}" if row.get("outcome") else ""),
         "reopened": "reopened",
         "recurred": f"recurred ({1 + (row.get('recurrences') or 0)}x)",
         "remediating": f"trying {row.get('remediation_id')}",

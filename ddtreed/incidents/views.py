@@ -152,14 +152,15 @@ def _header(incident: Mapping[str, Any], colour: bool) -> list[str]:
     rule = f"rule {incident['rule_id']}" if incident.get("rule_id") else "no rule matched"
     lines = [f"incident {incident['id']}: {paint(status, status, colour)}  {incident['category']}  ({rule})"]
     lines += field("means", STATUS_MEANS.get(status, status))
-    lines += field("source", f"{incident['source']}" + (f" on {incident['service']}" if incident.get("service") else ""))
+    service = f" on {incident['service']}" if incident.get("service") else ""
+    lines += field("source", f"{incident['source']}{service}")
     lines += field("started", when(incident["started_at"]))
     if status == "open":
         lines += field("ended", "- (still open)")
     else:
         after = incident.get("duration_s")
-        lines += field(ENDED_AS.get(status, status),
-                       when(incident.get("resolved_at")) + (f" ({seconds(after)} after detection)" if after is not None else ""))
+        since = f" ({seconds(after)} after detection)" if after is not None else ""
+        lines += field(ENDED_AS.get(status, status), when(incident.get("resolved_at")) + since)
     if incident.get("recurrences"):
         count = incident["recurrences"]
         lines += field("recurred", f"{count} time{'s' if count != 1 else ''} after restarts "

@@ -14,7 +14,7 @@ from .finding import WARNING, WOULD_CRASH, Finding, Skipped
 
 
 def _is_local(host) -> bool:
-    return getattr(host, "name", None) == "localhost"
+    return bool(getattr(host, "local", getattr(host, "name", None) == "localhost"))
 
 
 def resolve_program(program: str, config, host) -> tuple[str | None, str]:
@@ -24,7 +24,7 @@ def resolve_program(program: str, config, host) -> tuple[str | None, str]:
         if not _is_local(host):
             done = host.run(["sh", "-c", 'command -v "$1"', "sh", program], timeout=10)
             found = done.stdout.strip()
-            return (found, "") if done.returncode == 0 and found else (None, f"not found in PATH")
+            return (found, "") if done.returncode == 0 and found else (None, "not found in PATH")
         found = shutil.which(program, path=env_path)
         return (found, "") if found else (None, f"not found in PATH ({env_path})")
     path = program
