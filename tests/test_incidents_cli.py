@@ -63,13 +63,14 @@ def test_table_lists_newest_first_with_durations(state, capsys):
     code, out, _ = run(capsys, "incidents", "--state-dir", str(state))
     lines = out.splitlines()
     assert code == 0
-    assert lines[0].split() == ["ID", "STARTED", "(UTC)", "CATEGORY", "RULE", "STATUS",
+    assert lines[0].split() == ["ID", "STARTED", "(UTC)", "CATEGORY", "RULE", "STATUS", "SEEN",
                                 "REMEDIATION", "DURATION"]
     assert [line.split()[0] for line in lines[2:]] == ["3", "2", "1"]
     founding = lines[4].split()
     assert founding == ["1", "2023-11-14", "22:13:20Z", "cuda-graph-shape-mismatch",
-                        "ddtree-verify-graph-width", "resolved", "ddtree-verify-graph-width", "1m10s"]
-    assert lines[2].split()[-3:] == ["open", "-", "-"]
+                        "ddtree-verify-graph-width", "resolved", "1x", "ddtree-verify-graph-width", "1m10s"]
+    assert lines[2].split()[-4:] == ["open", "1x", "-", "-"]
+    assert "\x1b[" not in out  # no colour when stdout is not a terminal
 
 
 def test_show_tells_the_whole_story(state, capsys):
@@ -84,10 +85,12 @@ def test_show_tells_the_whole_story(state, capsys):
     assert [(step[0], step[3]) for step in steps] == [
         ("+0.000s", "detected"), ("+0.250s", "diagnosed"), ("+1.000s", "applied"),
         ("+2.000s", "restarting"), ("+3.000s", "restarted"), ("+62.000s", "healthy")]
-    assert "application app-1: verified" in out
-    assert "cuda_graph_runner.py: aaaaaaaaaaaa -> bbbbbbbbbbbb" in out
-    assert ("durations: detected->diagnosed 0.25s, diagnosed->applied 0.75s, "
-            "restart->healthy 1m00s, total 1m10s") in out
+    assert "  ddtree-verify-graph-width (patch): applied, verified (kept)" in out
+    assert "    id:         app-1" in out
+    assert "sha256 aaaaaaaaaaaa → bbbbbbbbbbbb" in out
+    assert ("durations: detected→diagnosed 0.25s, diagnosed→applied 0.75s, "
+            "restart→healthy 1m00s, total 1m10s") in out
+    assert "  resolved:   2023-11-14 22:14:30Z (1m10s after detection)" in out
 
 
 def test_show_json_has_steps_hashes_and_iso_times(state, capsys):
@@ -107,18 +110,30 @@ def test_unknown_id_and_missing_database_are_one_line_errors(state, tmp_path, ca
     assert code == 1 and out == ""
     assert err == f"ddtreed: error: no incident 42 in {database_path(state)}\n"
     empty = tmp_path / "empty"
+    empty.mkdir()
     code, out, err = run(capsys, "incidents", "show", "1", "--state-dir", str(empty))
     assert code == 1 and err.count("\n") == 1 and "no incident database" in err
-    assert not empty.exists()  # reading never creates the state dir
+    assert list(empty.iterdir()) == []  # reading never creates anything
 
 
 def test_listing_before_anything_was_recorded(tmp_path, capsys):
     empty = tmp_path / "empty"
+    empty.mkdir()
     code, out, _ = run(capsys, "incidents", "--state-dir", str(empty))
-    assert code == 0 and out == f"no incidents recorded yet in {empty}\n"
+    assert code == 0 and out == f"no incidents recorded yet in {empty} (no incidents.sqlite3)\n"
     code, out, _ = run(capsys, "incidents", "--state-dir", str(empty), "--json")
     assert code == 0 and json.loads(out) == []
-    assert not empty.exists()
+    assert list(empty.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["incidents"], ["incidents", "--json"], ["incidents", "show", "1"]])
+def test_a_missing_state_dir_is_an_error_not_an_empty_list(tmp_path, capsys, argv):
+    """Issue 17.5: `--state-dir /nonexistent` said "no incidents recorded yet"."""
+    missing = tmp_path / "nonexistent"
+    code, out, err = run(capsys, *argv, "--state-dir", str(missing))
+    assert code == 2 and out == ""
+    assert err.startswith(f"ddtreed: error: {missing}: no such directory") and err.count("\n") == 1
+    assert not missing.exists()
 
 
 def test_a_corrupt_database_is_a_one_line_error(tmp_path, capsys):

@@ -115,10 +115,13 @@ def test_a_build_without_ddtree_warns_and_still_reports_the_width(tmp_path):
     assert checks == ["ddtree-available", "ddtree-verify-width"]
 
 
-def test_not_ddtree_or_no_installation_is_quiet(tmp_path):
+def test_not_ddtree_is_quiet_and_no_installation_is_skipped(tmp_path):
     site = installed(tmp_path, "cuda-graph-runner-hook", "0.5.13")
     config, context = founding(tmp_path, site)
     from dataclasses import replace
 
     assert width_findings(config, replace(context, speculative_algorithm="DFLASH")) == []
-    assert width_findings(config, replace(context, site_packages=None)) == []
+    # No installation found: the checks say they were skipped, never that all is well.
+    skipped = width_findings(config, replace(context, site_packages=None))
+    assert [(f.check, f.kind) for f in skipped] == [("ddtree-verify-width", "skipped"),
+                                                   ("ddtree-available", "skipped")]

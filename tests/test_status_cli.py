@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -80,7 +81,7 @@ def test_a_running_daemon_at_a_glance(daemon, tmp_path):
     assert "last healthy 12s ago" in out or "last healthy 13s ago" in out
     assert "3 total: 1 open, 1 escalated, 1 resolved" in out
     assert "cuda-graph-shape-mismatch 2, unknown 1" in out
-    assert "1 applied, 0 reverted" in out
+    assert "remediations 0 verified, 1 applied (not yet verified), 0 reverted" in out
     assert "degraded     yes since" in out and "cuda-graph-max-bs-64" in out
     assert "canary       passed at" in out and "4/4 match" in out
 
@@ -94,6 +95,26 @@ def test_json_has_the_same_facts(daemon, tmp_path):
     assert report["daemon"]["pid"] == daemon.pid and report["daemon"]["state"] == "running"
     assert 7380 <= report["service_uptime_s"] < 7440
     assert report["incidents"]["incidents_total"] == 3
+    # The text's words are the JSON's (issue 17.6: text said `applied` where JSON said `verified`).
+    assert report["incidents"]["applications"] == {"applied": 1, "reverted": 0, "verified": 0}
+    # Every time is ISO-8601 UTC, as in `incidents --json`.
+    for key in ("updated_at", "service_started_at", "last_healthy_at"):
+        assert report["daemon"][key].endswith("Z") and report["daemon"][key][10] == "T", key
+    assert report["daemon"]["canary"]["last_run_at"].endswith("Z")
+
+
+def test_a_daemon_that_gave_up_says_so_in_words_and_json(tmp_path):
+    """Issue 17.2: after the restart budget was spent `status` showed `stopped`, like a clean stop."""
+    snapshot = DaemonStatus(pid=os.getpid(), state="stopped", updated_at=time.time() - 5).to_dict()
+    snapshot.update(state="gave-up", status_text="restart budget spent: 5 starts in 600 s")
+    status_path(tmp_path).write_text(json.dumps(snapshot))
+    done = ddtreed("status", "--state-dir", str(tmp_path))
+    assert done.returncode == 1
+    assert re.match(r"ddtreed: GAVE UP \d+s ago: restart budget spent: 5 starts in 600 s; it exited", done.stdout)
+    assert "a person must look" in done.stdout and "stopped" not in done.stdout.splitlines()[0]
+    report = json.loads(ddtreed("status", "--state-dir", str(tmp_path), "--json").stdout)
+    assert (report["gave_up"], report["stale"], report["alive"], report["exit_code"]) == (True, False, False, 1)
+    assert report["daemon"]["state"] == "gave-up"
 
 
 def test_a_dead_daemon_is_reported_stale(daemon, tmp_path):

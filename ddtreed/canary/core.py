@@ -168,7 +168,9 @@ class Canary:
             return CanaryResult(False, ACCEPTANCE_COLLAPSE, collapse, key, tuple(prompts), accept,
                                 baseline, at=at)
         compared = sum(1 for p in prompts if p.compared_as)
-        detail = f"{compared} of {len(prompts)} outputs match their goldens" + (
+        # A first run has nothing to compare with: say so, never "0 of 4 match" (reads as a failure).
+        detail = (f"{compared} of {len(prompts)} outputs match their goldens" if compared else
+                  f"no goldens yet for these {len(prompts)} prompts") + (
             f", accept length {accept:.2f}" if accept is not None else "")
         return CanaryResult(True, None, detail, key, tuple(prompts), accept, baseline, at=at)
 

@@ -10,7 +10,9 @@ from . import (
     canary_cmd,
     diagnose_cmd,
     fleet_cmd,
+    help_text,
     incidents_cmd,
+    logs_cmd,
     preflight_cmd,
     remediate_cmd,
     run_cmd,
@@ -19,7 +21,7 @@ from . import (
 from .common import CliError
 
 _GROUPS = (run_cmd, incidents_cmd, diagnose_cmd, remediate_cmd, preflight_cmd, canary_cmd,
-           service_cmd, fleet_cmd)
+           service_cmd, logs_cmd, fleet_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in _GROUPS:
         group.register(commands)
+    help_text.apply(parser)
     return parser
 
 
@@ -53,13 +56,43 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except CliError as error:
-        print(f"ddtreed: error: {error}", file=sys.stderr)
-        return error.exit_code
+        message, code = _with_config_key(args, error) or (str(error), error.exit_code)
+        print(f"ddtreed: error: {message}", file=sys.stderr)
+        return code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `ddtreed incidents | head`: the reader left, not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as error:  # spawn ENOENT/EACCES, a log or state dir: one line, never a traceback
+        message, code = _with_config_key(args, error) or (_plain(error), 2)
+        print(f"ddtreed: error: {message}", file=sys.stderr)
+        return code
+
+
+def _with_config_key(args: argparse.Namespace, error: BaseException) -> tuple[str, int] | None:
+    """An OS failure behind `error` as `CONFIG: KEY = PATH: reason`, exit 2 (None: not one)."""
+    from .startup_errors import EXIT_OS_ERROR, describe, find_os_cause
+
+    cause = find_os_cause(error)
+    path = getattr(args, "config", None)
+    if cause is None or not path:
+        return None
+    try:
+        from ..config import load
+
+        config = load(path)
+        if getattr(args, "state_dir", None):
+            config = config.with_state_dir(args.state_dir)
+    except Exception:  # noqa: BLE001 - the config already loaded once; never mask the first error
+        return None
+    message = describe(cause, config)
+    return (message, EXIT_OS_ERROR) if message else None
+
+
+def _plain(error: OSError) -> str:
+    where = f"{error.filename}: " if error.filename else ""
+    return f"{where}{error.strerror or error}"
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 DEFAULT_STATE_DIR = os.environ.get("DDTREED_STATE_DIR", "/var/lib/ddtreed")
 
@@ -67,15 +67,33 @@ def state_dir(args: argparse.Namespace, config: Any = None) -> str:
     return DEFAULT_STATE_DIR
 
 
+def require_state_dir(directory: str) -> str:
+    """`directory` when it exists; a missing one is a one-line error (exit 2), not "nothing yet"."""
+    if not os.path.isdir(directory):
+        what = "not a directory" if os.path.exists(directory) else "no such directory"
+        raise CliError(f"{directory}: {what} (the state directory is the one that holds "
+                       f"incidents.sqlite3: the config's paths.state_dir)", exit_code=2)
+    return directory
+
+
 def print_json(value: Any) -> None:
     json.dump(value, sys.stdout, indent=None, sort_keys=False, default=str)
     sys.stdout.write("\n")
 
 
-def table(rows: list[list[str]], headers: list[str]) -> str:
-    """A plain fixed-width table (no colour: output is often piped or logged)."""
+def table(rows: list[list[str]], headers: list[str],
+          colour: Callable[[int, str, str], str] | None = None) -> str:
+    """A fixed-width table; `colour(column, padded text, value)` paints cells (a terminal only:
+    the caller decides), after padding, so escape codes never shift the columns."""
     cells = [headers] + [[str(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in cells]
+
+    def line(row: list[str], paint: bool) -> str:
+        parts = [cell.ljust(widths[i]) for i, cell in enumerate(row)]
+        if paint and colour is not None:
+            parts = [colour(i, part, row[i]) for i, part in enumerate(parts)]
+        return "  ".join(parts).rstrip()
+
+    lines = [line(row, index > 0) for index, row in enumerate(cells)]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

@@ -1,36 +1,71 @@
-"""`ddtreed incidents` (the list) and `ddtreed incidents show ID` (one incident's story)."""
+"""`ddtreed incidents` (the list, `--follow`, `--html DIR`) and `incidents show ID` (one story).
+
+Readers open the database read-only, so a copy of a state directory from another host, a
+read-only mount or a reviewer's account works; nothing here writes.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
 
-from ..incidents import Store, StoreError, database_path
-from ..incidents.views import TABLE_HEADERS, as_json, render_incident, table_rows
-from ..records import INCIDENT_STATUSES
 from .common import (CliError, add_config, add_json, add_state_dir, load_config, positive_int, print_json,
-                     state_dir, table)
+                     require_state_dir, state_dir, table)
 
-__all__ = ["register", "render_incident"]
+STATUSES = ("open", "resolved", "reverted", "escalated", "prevented", "advised")  # records.INCIDENT_STATUSES
+FOLLOW_POLL_S = 0.5
+
+USAGE = ("ddtreed incidents [--state-dir DIR | --config FILE] [--status S[,S…]] [--since WHEN] "
+         "[--limit N] [--json] [--follow] [--html DIR]\n"
+         "       ddtreed incidents show ID [--json] [--html FILE]")
+EPILOG = """\
+commands:
+  show ID            one incident in full: what the service said, diagnosis, tracebacks,
+                     every step with its time, the remediations tried
+
+examples:
+  ddtreed incidents --state-dir /var/lib/ddtreed/kimi
+  ddtreed incidents --config /etc/ddtreed/kimi.toml --status open,escalated --since 24h
+  ddtreed incidents --follow                      # new incidents and status changes as they happen
+  ddtreed incidents show 12
+  ddtreed incidents show 12 --html incident-12.html
+  ddtreed incidents --html ./incident-report      # index.html + one page per incident
+"""
 
 
 def register(commands) -> None:
     parser = commands.add_parser(
         "incidents", help="list recorded incidents (newest first); `show ID` for one",
-        description="List the incidents ddtreed recorded, newest first. "
-                    "`ddtreed incidents show ID` prints one incident in full.")
+        usage=USAGE, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="List the incidents ddtreed recorded, newest first. The state directory is "
+                    "the one that holds incidents.sqlite3; it is opened read-only.")
     add_state_dir(parser)
     add_config(parser)
     add_json(parser)
-    parser.add_argument("--status", choices=INCIDENT_STATUSES, help="only incidents in this status")
+    parser.add_argument("--status", type=_statuses, metavar="S[,S…]",
+                        help=f"only incidents in these statuses ({', '.join(STATUSES)})")
+    parser.add_argument("--since", type=_since, metavar="WHEN",
+                        help="only incidents started since WHEN: 90s, 30m, 24h, 7d, or an ISO-8601 time")
     parser.add_argument("--limit", type=positive_int, default=50, metavar="N",
                         help="at most N incidents (default 50)")
+    parser.add_argument("--follow", "-f", action="store_true",
+                        help="keep running: print incidents as they open, recur and end (Ctrl-C stops)")
+    parser.add_argument("--html", metavar="DIR",
+                        help="write DIR/index.html and one self-contained page per incident")
     parser.set_defaults(handler=_list)
-    sub = parser.add_subparsers(dest="incidents_command", metavar="show")
-    show = sub.add_parser("show", help="one incident: diagnosis, tracebacks, steps, remediation",
-                          description="Print one incident: diagnosis, params, tracebacks per rank, "
-                                      "each step with its time, the remediation and patch hashes.")
+    sub = parser.add_subparsers(dest="incidents_command", metavar="show ID", help=argparse.SUPPRESS)
+    show = sub.add_parser(
+        "show", help="one incident in full", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Print one incident: what the service said (last error line, stderr tail, "
+                    "exit, phase), diagnosis, tracebacks per rank, each step with its time, the "
+                    "remediations tried and patch hashes.",
+        epilog="examples:\n  ddtreed incidents show 12 --state-dir /var/lib/ddtreed/kimi\n"
+               "  ddtreed incidents show 12 --json | jq .evidence\n"
+               "  ddtreed incidents show 12 --html incident-12.html")
     show.add_argument("incident_id", type=int, metavar="ID")
     # Defaults SUPPRESSed: `incidents --state-dir D show 3` keeps the value given before `show`.
     show.add_argument("--state-dir", metavar="DIR", default=argparse.SUPPRESS,
@@ -39,48 +74,111 @@ def register(commands) -> None:
                       help="ddtreed TOML config whose paths.state_dir to read")
     show.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                       help="machine-readable JSON output")
+    show.add_argument("--html", metavar="FILE", default=argparse.SUPPRESS,
+                      help="write the incident as one self-contained HTML page (timeline drawn)")
     show.set_defaults(handler=_show)
 
 
-def _directory(args: argparse.Namespace) -> str:
-    """--state-dir, else the config's paths.state_dir, else the default."""
-    return state_dir(args, load_config(getattr(args, "config", None)))
+def _statuses(text: str) -> tuple[str, ...]:
+    wanted = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [status for status in wanted if status not in STATUSES]
+    if not wanted or unknown:
+        raise argparse.ArgumentTypeError(f"unknown status {', '.join(unknown) or text!r}; "
+                                         f"one or more of {', '.join(STATUSES)}, comma-separated")
+    return wanted
 
 
-def _open(directory: str) -> Store:
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _since(text: str) -> float:
+    """Epoch seconds: `30m` ago, or an ISO-8601 time (UTC when it names no zone)."""
+    text = text.strip()
+    if text and text[:-1].replace(".", "", 1).isdigit() and text[-1] in _UNITS:
+        return time.time() - float(text[:-1]) * _UNITS[text[-1]]
     try:
-        # Opening may apply a pending migration, which logs; unconfigured structlog prints to
-        # stdout, and stdout here is the JSON scripts parse.
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration (90s, 30m, 24h, 7d) or an ISO-8601 time, got {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def _directory(args: argparse.Namespace) -> str:
+    """--state-dir, else the config's paths.state_dir, else the default; it must exist."""
+    return require_state_dir(state_dir(args, load_config(getattr(args, "config", None))))
+
+
+def _open(directory: str):
+    from ..incidents import Store, StoreError, database_path
+
+    path = database_path(directory)
+    try:
+        # stdout here is the JSON scripts parse: nothing the library logs may land there.
         with contextlib.redirect_stdout(sys.stderr):
-            return Store(database_path(directory), create=False)
+            return Store(path, create=False, read_only=True)
+    except StoreError as error:
+        if error.reason != "outdated":
+            raise CliError(str(error)) from None
+    try:  # an older schema: a writable copy is migrated as before
+        with contextlib.redirect_stdout(sys.stderr):
+            return Store(path, create=False)
     except StoreError as error:
         raise CliError(str(error)) from None
 
 
+def _read(directory: str, args: argparse.Namespace) -> list[dict]:
+    from ..incidents import StoreError
+
+    with _open(directory) as store:
+        try:
+            return store.list_incidents(limit=args.limit, status=args.status, since=args.since)
+        except StoreError as error:
+            raise CliError(str(error)) from None
+
+
 def _list(args: argparse.Namespace) -> int:
+    from ..incidents import database_path
+    from ..incidents.views import TABLE_HEADERS, as_json, table_rows, use_colour
+
     directory = _directory(args)
+    if args.follow:
+        return _follow(directory, args)
     if not database_path(directory).exists():
         # Not an error: a fresh install has recorded nothing; scripts get an empty list.
         if args.json:
             print_json([])
         else:
-            print(f"no incidents recorded yet in {directory}")
+            print(f"no incidents recorded yet in {directory} (no incidents.sqlite3)")
         return 0
-    with _open(directory) as store:
-        try:
-            incidents = store.list_incidents(limit=args.limit, status=args.status)
-        except StoreError as error:
-            raise CliError(str(error)) from None
+    incidents = _read(directory, args)
+    if args.html:
+        return _write_html_index(directory, incidents, Path(args.html))
     if args.json:
         print_json(as_json(incidents))
     elif not incidents:
-        print(f"no {args.status + ' ' if args.status else ''}incidents in {directory}")
+        which = f"{'/'.join(args.status)} " if args.status else ""
+        print(f"no {which}incidents in {directory}" + (" in that time" if args.since else ""))
     else:
-        print(table(table_rows(incidents), TABLE_HEADERS))
+        print(table(table_rows(incidents), TABLE_HEADERS, colour=_status_colour() if use_colour() else None))
     return 0
 
 
+def _status_colour():
+    from ..incidents.views import paint
+
+    def colour(column: int, text: str, value: str) -> str:
+        return paint(text, value, True) if column == 4 else text
+
+    return colour
+
+
 def _show(args: argparse.Namespace) -> int:
+    from ..incidents import StoreError
+    from ..incidents.views import as_json, render_incident, use_colour
+
     directory = _directory(args)
     with _open(directory) as store:
         try:
@@ -89,8 +187,96 @@ def _show(args: argparse.Namespace) -> int:
             if error.reason == "missing":
                 raise CliError(f"no incident {args.incident_id} in {store.path}") from None
             raise CliError(str(error)) from None
-    if getattr(args, "json", False):
+    if getattr(args, "html", None):
+        from ..incidents.html import render_page
+
+        _write(Path(args.html), render_page(incident))
+        print(f"wrote {args.html}")
+    elif getattr(args, "json", False):
         print_json(as_json(incident))
     else:
-        print(render_incident(incident))
+        print(render_incident(incident, colour=use_colour()))
     return 0
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise CliError(f"{path}: cannot write: {error.strerror or error}", exit_code=2) from None
+
+
+def _write_html_index(directory: str, incidents: list[dict], target: Path) -> int:
+    from ..incidents.html import page_name, render_index, render_page
+
+    with _open(directory) as store:
+        full = [store.get(row["id"]) for row in incidents]
+    for incident in full:
+        _write(target / page_name(incident), render_page(incident))
+    _write(target / "index.html", render_index(incidents, source=directory))
+    print(f"wrote {target / 'index.html'} and {len(full)} incident page{'s' if len(full) != 1 else ''}")
+    return 0
+
+
+# ---- --follow -------------------------------------------------------------------------------
+
+def _follow(directory: str, args: argparse.Namespace) -> int:
+    """Like `journalctl -f`: what exists now, then every open, recurrence and end as it happens."""
+    from ..incidents import database_path
+
+    seen: dict[int, tuple] = {}
+    first = True
+    try:
+        while True:
+            if database_path(directory).exists():
+                rows = _read(directory, args)
+                for row in reversed(rows):  # oldest first, like a log
+                    key = (row["status"], row.get("recurrences") or 0, row.get("remediation_id"))
+                    previous = seen.get(row["id"])
+                    if previous != key:
+                        _print_event(args, row, previous, initial=first)
+                        seen[row["id"]] = key
+                first = False
+            sys.stdout.flush()
+            time.sleep(FOLLOW_POLL_S)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _print_event(args: argparse.Namespace, row: dict, previous: tuple | None, initial: bool) -> None:
+    from ..incidents.views import as_json, when
+
+    if previous is None:
+        event = "exists" if initial else "opened"
+    elif previous[0] != row["status"]:
+        event = "ended" if row["status"] != "open" else "reopened"
+    elif (row.get("recurrences") or 0) != previous[1]:
+        event = "recurred"
+    else:
+        event = "remediating"
+    if args.json:
+        print_json({"event": event, "at": as_json({"at": time.time()})["at"], "incident": as_json(row)})
+        return
+    what = {
+        "exists": f"{row['status']}",
+        "opened": f"opened: {row['status']}",
+        "ended": f"{previous[0] if previous else 'open'} → {row['status']}"
+                 + (f": {row['outcome']}" if row.get("outcome") else ""),
+        "reopened": "reopened",
+        "recurred": f"recurred ({1 + (row.get('recurrences') or 0)}x)",
+        "remediating": f"trying {row.get('remediation_id')}",
+    }[event]
+    stamp = when(time.time() if event != "exists" else row["started_at"])
+    print(f"{stamp}  incident {row['id']:<4} {row['category']:<26} {what}"
+          + (f"  [{row['rule_id']}]" if row.get("rule_id") and event in ("exists", "opened") else ""))
+
+
+def render_incident(incident, colour: bool = False) -> str:
+    """The text of `incidents show` (the demo prints it too)."""
+    from ..incidents.views import render_incident as render
+
+    return render(incident, colour=colour)
+
+
+__all__ = ["register", "render_incident"]

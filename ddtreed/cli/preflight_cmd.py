@@ -13,14 +13,21 @@ def register(commands) -> None:
         "preflight",
         help="predict launch crashes from the config and the installed sglang (nothing is changed)",
         description=(
-            "Evaluate the launch argv and the installed sglang against the preflight checks. "
-            "Exit 0: nothing would crash; 1: at least one would-crash finding; 2: bad config."
+            "Evaluate the launch argv, the programs it runs, the installed sglang and the "
+            "directories ddtreed writes against the preflight checks. A check that cannot decide "
+            "(e.g. sglang not found) is listed as skipped, with the reason. Exit 0: nothing "
+            "would crash; 1: at least one would-crash finding; 2: bad config; 3 (--strict only): "
+            "some checks were skipped or failed to run."
         ),
+        epilog="example:\n  ddtreed preflight --config /etc/ddtreed/kimi.toml --strict",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", metavar="FILE", required=True,
                         help="ddtreed TOML config (see examples/founding-ddtree-tp8.toml)")
     add_json(parser)
     add_state_dir(parser)
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 3 when any check was skipped or could not run (CI gates)")
     parser.set_defaults(handler=run)
 
 
@@ -28,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from ..context import service_context
     from ..host import LocalHost
     from ..logsetup import configure
-    from ..preflight import run_preflight, would_crash
+    from ..preflight import incomplete, run_preflight, would_crash
 
     # The report is the output; the library's own log lines (probe trouble) go to stderr.
     configure(json_output=False, level="warning", stream=sys.stderr)
@@ -38,18 +45,41 @@ def run(args: argparse.Namespace) -> int:
     host = _host_for(config, LocalHost())
     context = service_context(config, host)
     findings = run_preflight(config, context, host, engine=_engine(config, host), force=True)
+    unfinished = incomplete(findings)
     if args.json:
         print_json({
             "config": config.source, "sglang_version": context.sglang_version,
-            "site_packages": context.site_packages, "findings": [f.to_dict() for f in findings],
+            "site_packages": context.site_packages, "complete": not unfinished,
+            "findings": [f.to_dict() for f in findings if f not in unfinished],
+            "skipped": [{"check": f.check, "kind": f.kind, "reason": f.why} for f in unfinished],
         })
     else:
         print(_summary(context))
         for finding in findings:
             print(finding.render())
-        if not findings:
-            print("no findings: nothing known would crash at launch")
-    return 1 if would_crash(findings) else 0
+        print(_verdict(findings, unfinished))
+    if would_crash(findings):
+        return 1
+    return 3 if args.strict and unfinished else 0
+
+
+def _verdict(findings, unfinished) -> str:
+    from ..preflight import would_crash
+
+    crashing = len(would_crash(findings))
+    if crashing:
+        head = f"{crashing} would-crash finding{'s' if crashing != 1 else ''}"
+    elif unfinished:
+        head = "no would-crash findings from the checks that ran"
+    elif findings:
+        head = "no would-crash findings"
+    else:
+        head = "no findings: nothing known would crash at launch"
+    if not unfinished:
+        return head
+    names = ", ".join(f.check for f in unfinished)
+    return (f"{head}; INCOMPLETE: {len(unfinished)} check{'s' if len(unfinished) != 1 else ''} "
+            f"did not run ({names}), so they vouch for nothing")
 
 
 def _summary(context) -> str:

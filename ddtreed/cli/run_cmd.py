@@ -84,11 +84,14 @@ def _demo(args: argparse.Namespace) -> int:
     from .. import demo
     from ..logsetup import CURRENT_STDERR, configure
 
+    # --state-dir means what it means everywhere: the directory that holds incidents.sqlite3, so
+    # `ddtreed incidents --state-dir X` afterwards shows the demo's incident (issue 17.5).
     demo_dir = Path(args.state_dir or tempfile.mkdtemp(prefix="ddtreed-demo-"))
     fault = None if args.fault == "none" else args.fault
     # An injected fault runs on a correct width (budget = block - 1 verifies 8 tokens), so the
     # founding bug does not crash first and hide it.
-    config_path = demo.prepare(demo_dir, device=args.device, fault=fault, budget=32 if fault is None else 7)
+    config_path = demo.prepare(demo_dir, device=args.device, fault=fault, budget=32 if fault is None else 7,
+                               state_dir=demo_dir)
     config = load_config(str(config_path))
     # The crash path is the point of the plain demo; --preflight shows the prevented path.
     config = replace(config, preflight=replace(config.preflight, enabled=args.preflight))

@@ -1,7 +1,8 @@
 """`ddtreed install` (unit, config skeleton, directories) and `ddtreed status` (the daemon at a glance).
 
-`status` exit codes follow the LSB convention for init scripts: 0 running, 1 the daemon died and
-left its state behind (stale), 3 not running (no state, or stopped cleanly).
+`status` exit codes follow the LSB convention for init scripts: 0 running, 1 the daemon is dead
+without a clean stop (its pid is gone, or it gave up after the restart budget was spent), 3 not
+running (no state, or stopped cleanly).
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from ..status import STATUS_FILE, DaemonStatus, StatusError, read_status
-from .common import CliError, add_config, add_json, add_state_dir, load_config, print_json, state_dir
+from .common import (CliError, add_config, add_json, add_state_dir, load_config, print_json,
+                     require_state_dir, state_dir)
 
 RUNNING, STALE, NOT_RUNNING = 0, 1, 3
+GAVE_UP = "gave-up"  # the daemon's final state when the restart budget was spent (it exited)
+STATUS_FILE = "daemon-state.json"  # status.STATUS_FILE, named here so `--help` imports nothing
 
 
 def register(commands) -> None:
@@ -34,7 +35,8 @@ def register(commands) -> None:
 
     status = commands.add_parser("status", help="the daemon's state, service, incidents at a glance",
                                  description="Read <state-dir>/daemon-state.json and the incident "
-                                             "database. Exit 0 running, 1 stale, 3 not running.")
+                                             "database. Exit 0 running, 1 dead (stale state, or gave "
+                                             "up: restart budget spent), 3 not running.")
     add_state_dir(status)
     add_config(status)
     add_json(status)
@@ -64,21 +66,28 @@ def run_install(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    directory = Path(state_dir(args, load_config(args.config)))
+    directory = Path(require_state_dir(state_dir(args, load_config(args.config))))
     reports = [_report(directory)]
     # The template unit keeps each instance in <dir>/<name>: with nothing in <dir>, show those.
     found = [] if reports[0]["daemon"] else sorted(p.parent for p in directory.glob(f"*/{STATUS_FILE}"))
     if found:
         reports = [_report(path) for path in found]
     if args.json:
-        print_json({"instances": reports} if found else reports[0])
+        from ..incidents.views import as_json
+
+        print_json(as_json({"instances": reports} if found else reports[0]))
     else:
-        print("\n\n".join(_render(report) for report in reports))
+        from ..incidents.views import use_colour
+
+        colour = use_colour()
+        print("\n\n".join(_render(report, colour) for report in reports))
     return max(report["exit_code"] for report in reports)
 
 
 def _report(directory: Path) -> dict[str, Any]:
     """Everything `status` shows for one state directory, as plain data."""
+    from ..status import StatusError, read_status
+
     now = time.time()
     report: dict[str, Any] = {"state_dir": str(directory), "daemon": None, "alive": False, "stale": False,
                               "incidents": None, "incidents_error": None}
@@ -88,23 +97,28 @@ def _report(directory: Path) -> dict[str, Any]:
         raise CliError(str(error)) from None
     if snapshot is not None:
         alive = _alive(snapshot)
-        report.update(daemon=snapshot.to_dict(), alive=alive, stale=not alive and snapshot.state != "stopped",
+        gave_up = snapshot.state == GAVE_UP
+        report.update(daemon=snapshot.to_dict(), alive=alive, gave_up=gave_up,
+                      stale=not alive and snapshot.state not in ("stopped", GAVE_UP),
                       service_uptime_s=_since(now, snapshot.service_started_at if snapshot.service_pid else None),
                       seconds_since_last_healthy=_since(now, snapshot.last_healthy_at),
                       seconds_since_update=_since(now, snapshot.updated_at))
     report["incidents"], report["incidents_error"] = _incident_counts(directory)
-    report["exit_code"] = RUNNING if report["alive"] else STALE if report["stale"] else NOT_RUNNING
+    dead = report["stale"] or report.get("gave_up")
+    report["exit_code"] = RUNNING if report["alive"] else STALE if dead else NOT_RUNNING
     return report
 
 
-def _alive(snapshot: DaemonStatus) -> bool:
+def _alive(snapshot) -> bool:
     """The recorded pid runs and is not a newer process that reused the number."""
+    import psutil
+
     try:
         created = psutil.Process(snapshot.pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return False
     # The daemon writes its snapshot after it started: a process younger than that is another one.
-    return created <= snapshot.updated_at + 1.0 and snapshot.state != "stopped"
+    return created <= snapshot.updated_at + 1.0 and snapshot.state not in ("stopped", GAVE_UP)
 
 
 def _incident_counts(directory: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -126,28 +140,39 @@ def _since(now: float, then: float | None) -> float | None:
     return None if not then else max(0.0, round(now - then, 1))
 
 
-def _render(report: dict[str, Any]) -> str:
+def _render(report: dict[str, Any], colour: bool = False) -> str:
     daemon = report["daemon"]
     if daemon is None:
         lines = [f"ddtreed: not running: no daemon has written state in {report['state_dir']} "
                  f"(no {STATUS_FILE}; is --state-dir the config's paths.state_dir?)"]
     else:
-        lines = [_headline(report, daemon), *_service_lines(report, daemon)]
+        lines = [_headline(report, daemon, colour), *_service_lines(report, daemon)]
     lines += _incident_lines(report)
     return "\n".join(lines)
 
 
-def _headline(report: dict[str, Any], daemon: dict[str, Any]) -> str:
+def _headline(report: dict[str, Any], daemon: dict[str, Any], colour: bool = False) -> str:
+    from ..incidents.views import paint
+
     where = report["state_dir"]
+    state = daemon["state"]
     if report["alive"]:
-        return f"ddtreed: {daemon['state']} (pid {daemon['pid']}, {where}): {daemon['status_text']}"
-    if daemon["state"] == "stopped":
+        word = {"escalated": "escalated", "blocked": "escalated", "backoff": "open", "crashed": "reverted",
+                "running": "resolved"}.get(state, "")
+        return f"ddtreed: {paint(state, word, colour)} (pid {daemon['pid']}, {where}): {daemon['status_text']}"
+    if state == GAVE_UP:
+        return (f"ddtreed: {paint('GAVE UP', 'escalated', colour)} {_ago(report['seconds_since_update'])}: "
+                f"{daemon['status_text'] or 'restart budget spent'}; it exited and will not restart the "
+                f"service: a person must look, then restart ddtreed ({where})")
+    if state == "stopped":
         return f"ddtreed: stopped {_ago(report['seconds_since_update'])} ({where})"
     return (f"ddtreed: NOT RUNNING: stale state: pid {daemon['pid']} is gone; it last wrote "
             f"'{daemon['state']}: {daemon['status_text']}' {_ago(report['seconds_since_update'])} ({where})")
 
 
 def _service_lines(report: dict[str, Any], daemon: dict[str, Any]) -> list[str]:
+    import psutil
+
     service = "not running"
     if daemon["service_pid"] and not psutil.pid_exists(daemon["service_pid"]):
         service = f"pid {daemon['service_pid']} is gone"
@@ -159,6 +184,7 @@ def _service_lines(report: dict[str, Any], daemon: dict[str, Any]) -> list[str]:
         ("restarts", str(daemon["restarts"])),
         ("accept len", "unknown" if accept is None else f"{accept:.2f}"),
         ("last healthy", _ago(report["seconds_since_last_healthy"]) if daemon["last_healthy_at"] else "never"),
+        *_progress_rows(daemon),
         ("incident", f"{daemon['current_incident_id']} (in progress)" if daemon["current_incident_id"] else "none"),
         ("degraded", _degraded(daemon["degraded"])),
         ("canary", _canary(daemon["canary"])),
@@ -186,9 +212,27 @@ def _incident_lines(report: dict[str, Any]) -> list[str]:
     lines = [f"  {'incidents':<13}{total} total: {statuses}" + (f", {others}" if others else "")]
     if categories:
         lines.append(f"  {'by category':<13}{categories}")
-    lines.append(f"  {'remediations':<13}{sum(applications.values())} applied, "
+    # The same words as --json's `applications`: verified (kept), applied (not yet verified), reverted.
+    lines.append(f"  {'remediations':<13}{applications.get('verified', 0)} verified, "
+                 f"{applications.get('applied', 0)} applied (not yet verified), "
                  f"{applications.get('reverted', 0)} reverted")
     return lines
+
+
+def _progress_rows(daemon: dict[str, Any]) -> list[tuple[str, str]]:
+    """What a long step is at: startup phase and elapsed/budget, or the recurrence watch."""
+    progress = daemon.get("progress") or {}
+    rows = []
+    if progress.get("phase"):
+        elapsed, budget = progress.get("elapsed_s"), progress.get("budget_s")
+        of = f" of {_duration(budget)}" if budget else ""
+        rows.append(("progress", f"{progress['phase']}, {_duration(elapsed)}{of}"
+                     + (f" ({progress['detail']})" if progress.get("detail") else "")))
+    if progress.get("watching_until"):
+        left = max(0.0, progress["watching_until"] - time.time())
+        rows.append(("watching", f"healthy; watching {int(progress.get('window_s') or 0)} s for recurrence, "
+                                 f"{_duration(left)} left"))
+    return rows
 
 
 def _degraded(degraded: dict[str, Any] | None) -> str:

@@ -24,9 +24,14 @@ def prepare(demo_dir: str | Path, *, budget: int = 32, block_size: int = 8, tp: 
             device: str = "auto", port: int | None = None, fault: str | None = None,
             algorithm: str = "DDTREE", garbage_above_budget: int | None = None,
             collapse_acceptance: bool = False, load_seconds: float = 2.0,
-            policy_mode: str = "auto", extra_args: tuple[str, ...] = ()) -> Path:
-    """Install a fresh (unpatched) engine, write `demo_dir/ddtreed.toml`, return its path."""
+            policy_mode: str = "auto", extra_args: tuple[str, ...] = (),
+            state_dir: str | Path | None = None) -> Path:
+    """Install a fresh (unpatched) engine, write `demo_dir/ddtreed.toml`, return its path.
+
+    The incident database goes to `state_dir` (default `demo_dir/state`).
+    """
     demo_dir = Path(demo_dir).resolve()
+    state_dir = Path(state_dir).resolve() if state_dir is not None else demo_dir / "state"
     site_packages = demo_dir / "site-packages"
     install_engine(site_packages)
     target, draft = _model_dirs(demo_dir, block_size)
@@ -45,7 +50,7 @@ def prepare(demo_dir: str | Path, *, budget: int = 32, block_size: int = 8, tp: 
             "port": port,
             "site_packages": str(site_packages),
         },
-        "paths": {"log_dir": str(demo_dir / "logs"), "state_dir": str(demo_dir / "state"),
+        "paths": {"log_dir": str(demo_dir / "logs"), "state_dir": str(state_dir),
                   "log_max_bytes": 8 * 1024 * 1024, "log_backups": 3},
         # A demo should close its loop in well under a minute: short grace, backoff and probes.
         "policy": {"mode": policy_mode, "stop_grace_s": 3.0, "backoff_initial_s": 0.2,

@@ -11,22 +11,25 @@ from typing import Iterator
 
 import sqlite_utils
 
-from .connection import (DEFAULT_BUSY_TIMEOUT_S, StoreError, connect, prepare_directory,
-                         prepare_file, transaction, translate)
-from .migrations import migrate
+from .connection import (DEFAULT_BUSY_TIMEOUT_S, StoreError, connect, connect_read_only,
+                         prepare_directory, prepare_file, transaction, translate)
+from .migrations import MIGRATIONS, applied, migrate
 
 
 class StoreBase:
     """Owns one SQLite connection; every write is one transaction through `atomic()`."""
 
     def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
-                 create: bool = True):
+                 create: bool = True, read_only: bool = False):
         self.path = Path(path)
         self.busy_timeout_s = busy_timeout_s
         self._lock = threading.RLock()
         if not create and not self.path.exists():
             raise StoreError(f"{self.path}: no incident database here (nothing recorded yet)",
                              "missing")
+        if read_only:
+            self._open_read_only()
+            return
         try:
             if create:
                 prepare_directory(self.path)
@@ -35,6 +38,18 @@ class StoreBase:
             migrate(self.db)
         except (sqlite3.Error, OSError) as error:
             raise translate(error, self.path, "open the incident database", busy_timeout_s) from error
+
+    def _open_read_only(self) -> None:
+        """Readers (the CLI) never write: no migration, no WAL switch, no lock on the file."""
+        try:
+            self.db = connect_read_only(self.path, self.busy_timeout_s)
+            pending = len(applied(self.db)) < len(MIGRATIONS)
+        except (sqlite3.Error, OSError) as error:
+            raise translate(error, self.path, "open the incident database", self.busy_timeout_s) from error
+        if pending:
+            self.db.close()
+            raise StoreError(f"{self.path}: written by an older ddtreed; start this version's daemon "
+                             "on it once (it migrates the schema) before reading it", "outdated")
 
     def close(self) -> None:
         with self._lock:

@@ -17,6 +17,9 @@ _JSON_COLUMNS = {"params": {}, "ranks": [], "tracebacks": [], "context": {}, "re
 SUMMARY_COLUMNS = ("id", "source", "service", "category", "rule_id", "title", "fingerprint",
                    "exception", "message", "status", "remediation_id", "application_id",
                    "outcome", "started_at", "resolved_at")
+# Restarts that ended in the same crash: one incident with a count, not one per restart.
+_RECURRENCES = ("(SELECT COUNT(*) FROM steps WHERE steps.incident_id = incidents.id "
+                "AND steps.step = 'recurred') AS recurrences")
 
 
 class IncidentsMixin(StoreBase):
@@ -24,8 +27,13 @@ class IncidentsMixin(StoreBase):
                       signature: Signature | None = None, match: RuleMatch | None = None,
                       context: ServiceContext | Mapping[str, Any] | None = None,
                       detected_at: float | None = None, service: str = "",
-                      message: str | None = None) -> int:
-        """Record a new incident and its `detected` step; the caller adds `diagnosed` and after."""
+                      message: str | None = None,
+                      evidence: Mapping[str, Any] | None = None) -> int:
+        """Record a new incident and its `detected` step; the caller adds `diagnosed` and after.
+
+        `evidence` (see `incidents.evidence`): the service's last error line, stderr tail, exit
+        code or signal and phase, kept in the `detected` step's data.
+        """
         if source not in SOURCES:
             raise ValueError(f"incident source must be one of {', '.join(SOURCES)}, got {source!r}")
         detected_at = time.time() if detected_at is None else detected_at
@@ -34,9 +42,22 @@ class IncidentsMixin(StoreBase):
         summary = f"{row['exception'] or source}: {row['message'] or ''}".strip()
         with self.atomic() as db:
             incident_id = int(db["incidents"].insert(encode.clean_row(row)).last_pk)
-            self._insert_step(db, incident_id, "detected", summary[:300],
-                              {"ranks": encode.loads(row["ranks"], [])}, detected_at)
+            data = {"ranks": encode.loads(row["ranks"], [])}
+            if evidence:
+                data["evidence"] = dict(evidence)
+            self._insert_step(db, incident_id, "detected", summary[:300], data, detected_at)
         return incident_id
+
+    def record_recurrence(self, incident_id: int, detail: str = "",
+                          evidence: Mapping[str, Any] | None = None, at: float | None = None) -> int:
+        """The same crash again after a restart: a `recurred` step; returns the count so far."""
+        data = {"evidence": dict(evidence)} if evidence else None
+        with self.atomic() as db:
+            self._require(db, "incident", incident_id)
+            self._insert_step(db, incident_id, "recurred", detail or "the same crash again",
+                              data, time.time() if at is None else at)
+            return int(db.execute("SELECT COUNT(*) FROM steps WHERE incident_id = ? AND step = 'recurred'",
+                                  [incident_id]).fetchone()[0])
 
     def add_step(self, incident_id: int, step: str, detail: str = "",
                  data: Mapping[str, Any] | None = None, at: float | None = None) -> None:
@@ -67,10 +88,19 @@ class IncidentsMixin(StoreBase):
         resolved_at = None if status == "open" else (time.time() if at is None else at)
         self._update(incident_id, status=status, outcome=outcome, resolved_at=resolved_at)
 
-    def list_incidents(self, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
-        """Summaries, newest first (no tracebacks; `duration_s` while closed)."""
-        where, params = ("WHERE status = ?", [status]) if status else ("", [])
-        sql = (f"SELECT {', '.join(SUMMARY_COLUMNS)} FROM incidents {where} "
+    def list_incidents(self, limit: int = 50, status: str | Sequence[str] | None = None,
+                       since: float | None = None) -> list[dict[str, Any]]:
+        """Summaries, newest first (no tracebacks; `duration_s` while closed; `recurrences`)."""
+        clauses, params = [], []
+        if status:
+            statuses = [status] if isinstance(status, str) else list(status)
+            clauses.append(f"status IN ({', '.join('?' * len(statuses))})")
+            params += statuses
+        if since is not None:
+            clauses.append("started_at >= ?")
+            params.append(float(since))
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        sql = (f"SELECT {', '.join(SUMMARY_COLUMNS)}, {_RECURRENCES} FROM incidents {where} "
                "ORDER BY started_at DESC, id DESC LIMIT ?")
         with self.reading() as db:
             return [_with_duration(row) for row in db.query(sql, params + [int(limit)])]
@@ -83,6 +113,18 @@ class IncidentsMixin(StoreBase):
         with self.reading() as db:
             rows = db.query(sql, [fingerprint, -1.0 if since is None else since, int(limit)])
             return [_with_duration(row) for row in rows]
+
+    def open_incident_for(self, fingerprint: str | None, active_since: float) -> int | None:
+        """The open incident of this signature with a step since `active_since`: a crash loop's
+        next crash is a recurrence of it, not a new incident."""
+        if not fingerprint:
+            return None
+        sql = ("SELECT i.id FROM incidents i WHERE i.fingerprint = ? AND i.status = 'open' AND "
+               "(SELECT MAX(s.at) FROM steps s WHERE s.incident_id = i.id) >= ? "
+               "ORDER BY i.started_at DESC, i.id DESC LIMIT 1")
+        with self.reading() as db:
+            row = db.execute(sql, [fingerprint, float(active_since)]).fetchone()
+        return int(row[0]) if row else None
 
     def verified_fix_for(self, fingerprint: str) -> dict[str, Any] | None:
         """The newest verified application made for an incident of this signature, not reverted
@@ -111,8 +153,13 @@ class IncidentsMixin(StoreBase):
         for step in steps:
             step["data"] = encode.loads(step["data"])
             step["since_detection_s"] = round(step["at"] - row["started_at"], 6)
+        recurred = [s for s in steps if s["step"] == "recurred"]
+        found = [s["data"]["evidence"] for s in steps
+                 if isinstance(s["data"], dict) and s["data"].get("evidence")]
         row.update(steps=steps, applications=[_application(a) for a in applications],
-                   frozen=frozen, durations=durations(row, steps))
+                   frozen=frozen, durations=durations(row, steps),
+                   evidence=found[-1] if found else None, recurrences=len(recurred),
+                   last_recurred_at=recurred[-1]["at"] if recurred else None)
         return _with_duration(row)
 
     def prune(self, keep: int = 1000, max_age_s: float | None = None,

@@ -13,10 +13,10 @@ from dataclasses import replace
 import structlog
 
 from .checks import CHECKS, Inputs
-from .finding import CHECK_ERROR, SEVERITIES, WARNING, WOULD_CRASH, Finding
+from .finding import CHECK_ERROR, SEVERITIES, SKIPPED, WARNING, WOULD_CRASH, Finding, Skipped
 
-__all__ = ["CHECKS", "CHECK_ERROR", "Finding", "Inputs", "SEVERITIES", "WARNING", "WOULD_CRASH",
-           "blocking", "run_preflight", "would_crash"]
+__all__ = ["CHECKS", "CHECK_ERROR", "Finding", "Inputs", "SEVERITIES", "SKIPPED", "Skipped", "WARNING",
+           "WOULD_CRASH", "blocking", "incomplete", "run_preflight", "would_crash"]
 
 log = structlog.get_logger(__name__)
 
@@ -46,6 +46,9 @@ def run_preflight(config, context, host, rules=None, engine=None, *, checks=None
 def _run_one(check_id: str, check, inputs: Inputs) -> list[Finding]:
     try:
         return list(check(inputs))
+    except Skipped as skipped:
+        return [Finding(check=check_id, kind=SKIPPED, severity=WARNING, category="other",
+                        what=f"the preflight check {check_id} was skipped", why=str(skipped))]
     except Exception as error:  # noqa: BLE001 - a broken check must never stop a launch
         log.warning("preflight_check_error", check=check_id, error=repr(error))
         return [Finding(
@@ -57,10 +60,12 @@ def _run_one(check_id: str, check, inputs: Inputs) -> list[Finding]:
 
 
 def _finish(finding: Finding, config, context, rules, engine) -> Finding:
+    if finding.kind == SKIPPED:
+        return finding
     remediations, notes = _applicable(finding.remediations, context, engine)
     rule_id = _rule_for(finding, rules)
     block_on = set(config.preflight.block_on)
-    blocks = finding.kind != CHECK_ERROR and finding.severity == WOULD_CRASH and (
+    blocks = finding.kind not in (CHECK_ERROR, SKIPPED) and finding.severity == WOULD_CRASH and (
         finding.check in block_on or WOULD_CRASH in block_on or "all" in block_on)
     return replace(finding, remediations=remediations, remediation_notes=notes,
                    rule_id=rule_id or finding.rule_id, blocking=blocks)
@@ -93,7 +98,12 @@ def _rule_for(finding: Finding, rules) -> str | None:
 
 
 def would_crash(findings: list[Finding]) -> list[Finding]:
-    return [f for f in findings if f.severity == WOULD_CRASH and f.kind != CHECK_ERROR]
+    return [f for f in findings if f.severity == WOULD_CRASH and f.kind not in (CHECK_ERROR, SKIPPED)]
+
+
+def incomplete(findings: list[Finding]) -> list[Finding]:
+    """The checks that did not run to a verdict (skipped, or broken)."""
+    return [f for f in findings if f.kind in (CHECK_ERROR, SKIPPED)]
 
 
 def blocking(findings: list[Finding]) -> list[Finding]:

@@ -13,7 +13,9 @@ from ..context import (
     read_local_draft_config,
 )
 from ..remediation import flags as flag_table
-from .finding import WARNING, WOULD_CRASH, Finding
+from .environment import (check_launch_program, check_service_python, check_sglang_installed,
+                          check_writable_dirs)
+from .finding import WARNING, WOULD_CRASH, Finding, Skipped
 from .width import check_ddtree_available, check_ddtree_width
 
 DFLASH_DEFAULT_MAX_RUNNING_REQUESTS = 48  # SGLang resets DFlash's max running requests to 48
@@ -40,7 +42,7 @@ def check_unsupported_flags(inputs: Inputs) -> Iterable[Finding]:
     context = inputs.context
     version = context.sglang_version
     if version is None:
-        return []
+        raise Skipped("the installed sglang version is unknown, so its accepted flags are too")
     findings = []
     for name in context.flags:
         for logical, options in flag_table.FLAGS.items():
@@ -193,6 +195,10 @@ def check_gpu_holders(inputs: Inputs) -> Iterable[Finding]:
 
 
 CHECKS: dict[str, Callable[[Inputs], Iterable[Finding]]] = {
+    "launch-program": check_launch_program,
+    "service-python": check_service_python,
+    "sglang-installed": check_sglang_installed,
+    "writable-dirs": check_writable_dirs,
     "ddtree-verify-width": check_ddtree_width,
     "ddtree-available": check_ddtree_available,
     "unsupported-flags": check_unsupported_flags,

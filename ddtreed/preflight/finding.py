@@ -10,6 +10,11 @@ WARNING = "warning"
 SEVERITIES = (WOULD_CRASH, WARNING)
 FINDING = "finding"
 CHECK_ERROR = "check-error"
+SKIPPED = "skipped"
+
+
+class Skipped(Exception):
+    """Raised by a check that cannot decide (its input is unknown): the report lists it as skipped."""
 
 
 @dataclass(frozen=True)
@@ -24,7 +29,7 @@ class Finding:
     remediations: tuple[str, ...] = ()  # ids that prevent it, in order to try
     advice: str = ""  # what a person should do when no remediation applies
     params: Mapping[str, Any] = field(default_factory=dict)  # the numbers, by name
-    kind: str = FINDING  # finding | check-error
+    kind: str = FINDING  # finding | check-error | skipped
     blocking: bool = False  # [preflight] block_on names this check (only would-crash blocks)
     rule_id: str | None = None  # the crash rule this pre-empts, when a rule set was given
     remediation_notes: tuple[str, ...] = ()  # remediations dropped because they do not apply
@@ -47,6 +52,8 @@ class Finding:
         tag = "WOULD CRASH" if self.severity == WOULD_CRASH else self.severity.upper()
         if self.kind == CHECK_ERROR:
             tag = "CHECK ERROR"
+        if self.kind == SKIPPED:
+            return f"[SKIPPED] {self.check}: {self.why}"
         lines = [f"[{tag}] {self.check}{' (blocks launch)' if self.blocking else ''}",
                  f"  what: {self.what}", f"  why:  {self.why}"]
         if self.remediations:

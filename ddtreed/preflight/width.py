@@ -10,7 +10,7 @@ from typing import Iterable
 
 from ..remediation.flags import parse_version
 from ..remediation.width import REMEDIATION_ID, inspect_ddtree_width
-from .finding import WARNING, WOULD_CRASH, Finding
+from .finding import WARNING, WOULD_CRASH, Finding, Skipped
 
 # From 0.5.16 a batch wider than the captured graph runs eagerly instead of crashing.
 EAGER_FALLBACK_SINCE = (0, 5, 16)
@@ -20,8 +20,11 @@ SWITCH_TO_DFLASH = "ddtree-to-dflash"
 def width_state(inputs):
     """The installed code's width verdict, computed once per preflight run."""
     context = inputs.context
-    if context.speculative_algorithm != "DDTREE" or not context.site_packages:
+    if context.speculative_algorithm != "DDTREE":
         return None
+    if not context.site_packages:
+        raise Skipped("sglang was not found for the service's interpreter, so its CUDA-graph code "
+                      "cannot be read")
     if "width" not in inputs.memo:
         inputs.memo["width"] = inspect_ddtree_width(context.site_packages, inputs.host)
     return inputs.memo["width"]
