@@ -170,6 +170,5 @@ def test_stop_without_drain_terminates_the_group_at_once(tmp_path: Path):
     stdout = Path(supervisor.log_paths[0])
     wait_for(lambda: "request in flight" in stdout.read_text(), 10, what="the scheduler's request")
     status = supervisor.stop("crash", drain=False)
-    assert "Draining requests" not in stdout.read_text()
-    assert "finished the request in flight" not in stdout.read_text()
+    assert "finished the request in flight" not in stdout.read_text()  # no 30 s drain waited for
     assert status is not None
