@@ -76,7 +76,9 @@ class CanaryConfig:
     max_new_tokens: int = 32
     interval_s: float = 0.0  # 0: only after restarts and remediations
     max_divergent_tokens: int = 0
-    repetition_limit: int = 8  # the same token this many times in a row is degenerate
+    repetition_limit: int = 0  # the same token this many times in a row is degenerate (0: off)
+    degenerate_loop_share: float = 0.9  # one loop covering this share of an output is degenerate
+    degenerate_loop_period: int = 4  # ... a loop of at most this many tokens
     collapse_accept_length: float = 1.2  # at or below: acceptance collapsed
     collapse_baseline_fraction: float = 0.5  # below this share of the learned baseline: collapsed
     timeout_s: float = 60.0  # deadline budget for one whole canary run (all prompts)
