@@ -121,7 +121,7 @@ class Supervisor:
             log.warning("service.exited", pid=self.process.pid, status=status.describe())
         return status
 
-    def stop(self, reason: str, drain: bool = True) -> ExitStatus:
+    def stop(self, reason: str, drain: bool | None = None) -> ExitStatus:
         """Stop the whole service, the way SGLang wants to be stopped.
 
         SIGTERM to the launcher process only: SGLang then logs `SIGTERM received… Draining
@@ -132,8 +132,10 @@ class Supervisor:
 
         `drain=False` for a service that already failed (a child died, a crash is in progress):
         nothing is left to drain, and SGLang would first sleep 5 s "to let GPU activity settle";
-        the group gets SIGTERM at once.
+        the group gets SIGTERM at once. Unset: no drain when `reason` is "crash".
         """
+        if drain is None:
+            drain = reason != "crash"
         process = self.process
         if process is None:
             raise RuntimeError("the service was never started")
