@@ -13,7 +13,7 @@ import structlog
 
 from ._proctree import TOKEN_VARIABLE
 from .config import Config
-from .host import Host, LocalProcess, Process
+from .host import Host, LocalHost, LocalProcess, Process
 from .records import ExitStatus
 
 log = structlog.get_logger(__name__)
@@ -75,6 +75,7 @@ class Supervisor:
         self._token: str | None = None
         self._exit_logged = False
         self.stop_requested = False  # stop() was called for the current launch
+        self._foreign_port_logged = False
         self._next_rotate_check = 0.0
         log_dir = PurePosixPath(config.paths.log_dir)
         self.log_paths = [str(log_dir / "service.stdout.log"), str(log_dir / "service.stderr.log")]
@@ -212,6 +213,8 @@ class Supervisor:
         next_progress = started + _PROGRESS_EVERY_S
         while True:
             port_busy = self.host.port_in_use(self.address, self.port)
+            if port_busy and self._port_held_by_others(pids):
+                port_busy = False  # not ours: waiting cannot free it (the next start's preflight says so)
             holders = self.host.gpu_holders(pids)
             if not port_busy and not holders:
                 log.debug("service.released", port=self.port, waited_s=self._clock() - started)
@@ -227,6 +230,30 @@ class Supervisor:
                          gpu_holders=holders, waited_s=round(now - started, 1))
                 next_progress = now + _PROGRESS_EVERY_S
             time.sleep(_POLL_S * 2)
+
+    def _port_held_by_others(self, pids: list[int]) -> bool:
+        """The port is held, but only by processes that are not this service's (local host only:
+        e.g. the server whose port this launch failed to bind). Unknown: False, keep waiting."""
+        if not isinstance(self.host, LocalHost):
+            return False
+        import psutil
+
+        from . import _proctree
+
+        try:
+            listeners = {conn.pid for conn in psutil.net_connections(kind="tcp")
+                         if conn.laddr and conn.laddr.port == self.port and conn.pid
+                         and conn.status == psutil.CONN_LISTEN}
+        except (psutil.Error, OSError):
+            return False
+        ours = set(pids) | set(_proctree.token_holders(self._token) if self._token else [])
+        if listeners and not listeners & ours:
+            if not self._foreign_port_logged:
+                self._foreign_port_logged = True
+                log.warning("service.port_held_by_other", port=self.port, holders=sorted(listeners),
+                            hint="another process holds the service's port; not waiting for it")
+            return True
+        return False
 
     def _rotate_if_large(self) -> None:
         now = self._clock()

@@ -254,7 +254,7 @@ def leftovers() -> list[dict]:
     for proc in psutil.process_iter(["pid", "name", "cmdline"]):
         try:
             cmd = " ".join(proc.info["cmdline"] or [])
-            if proc.pid != os.getpid() and ("sglang" in cmd or (proc.info["name"] or "").startswith("sglang")):
+            if proc.pid != os.getpid() and ("sglang.launch_server" in cmd or (proc.info["name"] or "").startswith("sglang::")):
                 found.append({"pid": proc.pid, "name": proc.info["name"], "cmd": cmd[:120]})
                 proc.kill()
         except psutil.Error:
@@ -415,7 +415,7 @@ def scenario_ngram(result: dict) -> Ddtreed:
         detect = d.wait(lambda s: s.get("current_incident_id") or s.get("state") in
                         ("diagnosing", "remediating", "restarting", "starting", "backoff"), 120,
                         f"{child} death noticed")
-        healthy = d.running(300, after_start=killed_at)
+        healthy = d.running(300, after_start=killed_at) if detect is not None else None
         result[f"kill_{child}"] = {"pid": target.pid, "noticed_s": detect, "healthy_again_s":
                                    None if healthy is None else round(time.monotonic() - mark, 3),
                                    "incidents_added": d.count() - before}

@@ -172,3 +172,24 @@ def test_stop_without_drain_terminates_the_group_at_once(tmp_path: Path):
     status = supervisor.stop("crash", drain=False)
     assert "finished the request in flight" not in stdout.read_text()  # no 30 s drain waited for
     assert status is not None
+
+
+def test_stop_does_not_wait_for_a_port_another_process_holds(tmp_path: Path):
+    """Real 0.5.16 with its port taken: the service dies, the other server keeps the port."""
+    import socket
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    try:
+        config = make_config(tmp_path, program("hang.py"), port=port)
+        supervisor = Supervisor(LocalHost(), config, list(config.service.argv), {}, release_timeout_s=60)
+        supervisor.start()
+        wait_for(lambda: "hanging now" in Path(supervisor.log_paths[0]).read_text(), 10, what="start")
+        with capture_logs() as logs:
+            supervisor.stop("test")
+        assert events(logs, "service.port_held_by_other")[0]["port"] == port
+        assert not events(logs, "service.release_timeout")
+    finally:
+        holder.close()
