@@ -61,6 +61,13 @@ class ProbeConfig:
     min_accept_length: float | None = None  # floor; None = only the learned baseline
     accept_baseline_fraction: float = 0.5  # fail below this fraction of the learned baseline
     poll_interval_s: float = 0.5
+    # while serving (ddtreed/serving.py): a health probe every serving_interval_s (0: off), an
+    # incident after serving_failures failures in a row; `cuda graph: False` on eager_fallback_lines
+    # decode lines in a row after a capture is the silent eager fallback
+    serving_interval_s: float = 10.0
+    serving_timeout_s: float = 5.0
+    serving_failures: int = 3
+    eager_fallback_lines: int = 5
 
 
 @dataclass(frozen=True)
@@ -247,11 +254,16 @@ def _check(config: Config) -> None:
         "probe.startup_timeout_s": config.probe.startup_timeout_s,
         "probe.health_timeout_s": config.probe.health_timeout_s,
         "probe.generate_max_new_tokens": config.probe.generate_max_new_tokens,
+        "probe.serving_timeout_s": config.probe.serving_timeout_s,
+        "probe.serving_failures": config.probe.serving_failures,
+        "probe.eager_fallback_lines": config.probe.eager_fallback_lines,
         "paths.log_max_bytes": config.paths.log_max_bytes,
     }
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{source}: {key} must be > 0, got {value}")
+    if config.probe.serving_interval_s < 0:
+        raise ConfigError(f"{source}: probe.serving_interval_s must be >= 0 (0: no probes while serving)")
     if config.policy.backoff_max_s < config.policy.backoff_initial_s:
         raise ConfigError(f"{source}: policy.backoff_max_s must be >= policy.backoff_initial_s")
     if not 0 < config.probe.accept_baseline_fraction <= 1:

@@ -107,6 +107,14 @@ class ServingSettings:
     collapse_fraction: float = 0.5
 
 
+def settings_from(probe) -> ServingSettings:
+    """The watch's settings from the config's [probe] section (`serving_*`, `eager_fallback_lines`)."""
+    return ServingSettings(interval_s=probe.serving_interval_s, timeout_s=probe.serving_timeout_s,
+                           failures=max(1, probe.serving_failures),
+                           eager_lines=max(1, probe.eager_fallback_lines),
+                           collapse_fraction=probe.accept_baseline_fraction)
+
+
 @dataclass(frozen=True)
 class ServingEvent:
     kind: str  # UNHEALTHY | EAGER_FALLBACK | ACCEPTANCE_COLLAPSE
