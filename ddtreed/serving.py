@@ -368,3 +368,24 @@ def _read(path: str) -> str:
             return handle.read().strip()
     except OSError:
         return ""
+
+
+# ---- one crash is one crash ---------------------------------------------------------------------
+
+_ECHO_MARKERS = ("SIGQUIT received", "Received sigquit from a child process")
+
+
+def is_echo(crash: Crash) -> bool:
+    """SGLang's launcher answering a child's death (`SIGQUIT received… It usually means one child
+    failed.`): a consequence of the failure already reported, not a second death."""
+    return crash.kind in ("child-death", "killed") and crash.exception is None and \
+        any(marker in crash.message for marker in _ECHO_MARKERS)
+
+
+def without_echoes(crashes: tuple[Crash, ...], already: tuple[Crash, ...] = ()) -> tuple[Crash, ...]:
+    """`crashes` minus SGLang's SIGQUIT echoes, when a real failure is among them or `already`
+    known for this incident. An echo alone stays (it is then the only evidence of a failure)."""
+    real = [crash for crash in (*already, *crashes) if not is_echo(crash)]
+    if not real:
+        return crashes
+    return tuple(crash for crash in crashes if not is_echo(crash))

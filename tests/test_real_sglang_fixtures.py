@@ -266,3 +266,21 @@ def test_server_info_has_the_version_and_the_average_accept_length(recorded_serv
     answer = prober.server_info(prober.deadline_in(5))
     assert answer["version"] == "0.5.16"
     assert isinstance(answer["internal_states"][0]["avg_spec_accept_length"], float)
+
+
+def test_a_killed_scheduler_fed_line_by_line_is_one_crash_once_echoes_are_dropped():
+    """Live, the launcher's `SIGQUIT received… one child failed` arrives as a second child-death
+    group; it is SGLang answering the first death, not a second one."""
+    from ddtreed.records import LogChunk
+    from ddtreed.serving import is_echo, without_echoes
+
+    assembler, groups = Assembler(eager=True), []
+    for index, line in enumerate((FIXTURES / "ck_scheduler.log").read_text().splitlines()):
+        assembler.feed(LogChunk("service.stderr.log", index + 1, (line,), 100.0 + index / 100))
+        groups += assembler.take(100.0 + index / 100)
+    groups += assembler.take(200.0, final=True)
+    assert len(groups) == 2 and is_echo(groups[1][0]) and not is_echo(groups[0][0])
+    first, late = groups[0], groups[1]
+    assert without_echoes(late, already=first) == ()
+    assert without_echoes(first + late) == first
+    assert without_echoes(late) == late  # alone, the echo is the only evidence: kept
