@@ -9,8 +9,10 @@ subscribers; the demo and tests stop it by `request_stop()`, which enqueues like
 
 from __future__ import annotations
 
+import json
 import queue
 import signal
+from dataclasses import replace
 from typing import Callable
 
 import structlog
@@ -18,7 +20,7 @@ import structlog
 from .canary import canary_crash
 from .config import Config, ConfigError
 from .health import Prober
-from .host import Host
+from .host import Host, LocalHost
 from .incidents import Store
 from .incidents.durable import DurableStore
 from .incident_path import check_canary, handle_crash, probe_crash
@@ -31,7 +33,8 @@ from .recovery import recover, verified_launch
 from .remediation import Attempt, Launch, attempt, revert
 from .service_run import ServiceRun
 from .status import StatusBoard
-from .verify import flatten, verify
+from .serving import EVIDENCE_PREFIX, UNHEALTHY, ServingWatch, hang_evidence, settings_from
+from .verify import baseline_key, flatten, verify
 from .wiring import Wiring, build, rebuild, reload_config, service_context
 
 log = structlog.get_logger(__name__)
@@ -150,6 +153,7 @@ class Daemon:
 
     def _watch(self) -> tuple[tuple[Crash, ...], ExitStatus | None]:
         periodic = self.wiring.periodic_canary
+        watch = self._serving_watch()
         while True:
             groups = self.service.pump(TURN_S)
             if groups:
@@ -157,12 +161,35 @@ class Daemon:
             exit_status = self.service.poll()
             if exit_status is not None:
                 return self.service.drain(), exit_status
+            events, self.service.serving_events = self.service.serving_events + watch.tick(), []
+            if events:  # hung, eager fallback, collapse: an incident with its evidence
+                return (self._serving_crash(events[0]),), None
             if periodic is not None and periodic.due():
                 result = periodic.run_if_due(self.prober(), self.context)
                 if result is not None:
                     self.show_canary(result)
                     if result.category is not None:  # silent corruption or collapse: an incident
                         return (canary_crash(result),), None
+
+    def _serving_watch(self) -> ServingWatch:
+        """The serving watch of this verified launch: probes, decode lines (ddtreed/serving.py)."""
+        watch = ServingWatch(settings_from(self.config.probe), self.prober(),
+                             captured_graphs=self.service.milestones.captured_graphs,
+                             baseline=self.store.baseline(baseline_key(self.context)),
+                             clock=self.clock.monotonic, wall=self.clock.time)
+        self.service.serving, self.service.serving_events = watch, []
+        return watch
+
+    def _serving_crash(self, event) -> Crash:
+        """The event as a crash; a hung service's stacks and GPU state are captured first."""
+        crash = event.crash()
+        log.error("serving.incident", kind=event.kind, detail=event.detail)
+        pid = self.service.pid
+        if event.kind == UNHEALTHY and pid is not None and isinstance(self.host, LocalHost):
+            evidence = hang_evidence(pid)
+            crash = replace(crash, context=crash.context + (
+                EVIDENCE_PREFIX + json.dumps(evidence, default=str)[:60000],))
+        return crash
 
     def verify_start(self, window: bool) -> Verdict:
         """Verify the service just started (the window too when `window`), then the output canary."""
@@ -284,7 +311,8 @@ class Daemon:
             self.lifecycle.enter(self.lifecycle.state, text)
 
     def show_canary(self, result) -> None:
-        self.publish(canary={"last_run_at": result.at, "passed": result.passed, "detail": result.detail})
+        self.publish(canary={"last_run_at": result.at, "passed": result.passed, "detail": result.detail,
+                             "accept_length": result.accept_length})  # apart from the probe's
 
     def refresh_context(self) -> ServiceContext:
         self.context = service_context(self.wiring, self.launch.argv)  # the launch moved (fix, revert)

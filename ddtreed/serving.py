@@ -247,8 +247,9 @@ def python_stacks(pid: int, *, timeout_s: float = 20.0,
     """Stacks of the scheduler processes under `pid`: py-spy dump, then `--native`, then the
     launcher itself; what each attempt said is kept, so a failure is evidence too."""
     procs = service_processes(pid)
-    targets = [row["pid"] for row in procs if row["name"].startswith(SCHEDULER_TITLES)
-               or any(title in row["cmdline"] for title in SCHEDULER_TITLES)]
+    # a process name (comm) is cut at 15 characters: `sglang::schedul`
+    targets = [row["pid"] for row in procs if row["name"].startswith(tuple(t[:15] for t in SCHEDULER_TITLES))
+               or row["cmdline"].startswith(SCHEDULER_TITLES)]
     py_spy = shutil.which("py-spy")
     attempts: list[dict[str, Any]] = []
     stacks: dict[str, str] = {}
@@ -389,3 +390,29 @@ def without_echoes(crashes: tuple[Crash, ...], already: tuple[Crash, ...] = ()) 
     if not real:
         return crashes
     return tuple(crash for crash in crashes if not is_echo(crash))
+
+
+EVIDENCE_PREFIX = "hang evidence: "
+
+
+def evidence_of(crash: Crash) -> tuple[str, dict[str, Any]] | None:
+    """(one-line summary, evidence) of a crash the watch captured hang evidence for, else None."""
+    import json
+
+    for line in crash.context:
+        if line.startswith(EVIDENCE_PREFIX):
+            try:
+                evidence = json.loads(line[len(EVIDENCE_PREFIX):])
+            except ValueError:
+                evidence = {"raw": line[len(EVIDENCE_PREFIX):][:4000]}
+            stacks = evidence.get("stacks") or {}
+            gpus = evidence.get("gpu") or []
+            held = sum(p.get("used_mib") or 0 for g in gpus for p in g.get("processes", []))
+            tried = len(evidence.get("attempts") or [])
+            summary = (f"stacks of {len(stacks)} of {len(evidence.get('schedulers') or [])} scheduler "
+                       f"process(es) ({tried} py-spy attempt(s)"
+                       + (", faulthandler dump requested" if evidence.get("faulthandler_signalled") else "")
+                       + f"); GPU: {held} MiB held by the service's processes" if gpus else
+                       f"stacks of {len(stacks)} process(es) ({tried} py-spy attempt(s)); no NVML")
+            return summary, evidence
+    return None

@@ -127,7 +127,7 @@ def test_faulthandler_fallback_writes_every_thread_stack_to_the_service_log(tmp_
     assert faulthandler_dump([proc.pid]) == [proc.pid]
     assert proc.wait(60) == -signal.SIGABRT
     text = log.read_text()
-    assert "Fatal Python error: Aborted" in text and 'File "<string>", line 3' in text
+    assert "Fatal Python error: Aborted" in text and 'File "<string>", line' in text
 
 
 def test_port_owner_in_tree_tells_our_listener_from_another_process():

@@ -41,6 +41,8 @@ class RankPool:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
             for rank in range(server_args.tp_size)]
         self.accept_history: list[float] = []
+        self.stopping = False  # the tree is going down (drain, kill): child exits are expected
+        self._death_lock = threading.Lock()
 
     def wait_ready(self) -> None:
         for rank, proc in enumerate(self.procs):
@@ -50,15 +52,37 @@ class RankPool:
                 self.log.error("Rank %d scheduler died during initialization (exit code: %s)", rank, code)
                 self.kill_children()
                 raise RuntimeError(f"Initialization failed. rank {rank} exit code {code}")
+        threading.Thread(target=self._watch_children, daemon=True).start()
+
+    def _watch_children(self) -> None:
+        """Real SGLang's launcher notices a dead scheduler at once, request or not."""
+        while not self.stopping:
+            for rank, proc in enumerate(self.procs):
+                if proc.poll() is not None and not self.stopping:
+                    self._died(rank, proc)
+            time.sleep(0.05)
+
+    def _died(self, rank: int, proc: subprocess.Popen) -> None:
+        with self._death_lock:
+            if self.stopping:
+                return
+            self.stopping = True
+            self.log.error("Subprocess scheduler_%d (pid=%d) crashed with exit code %s. Triggering "
+                           "SIGQUIT for cleanup...", rank, proc.pid, proc.wait())
+            self.log.error("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+            kill_tree(self)
 
     def generate(self, input_ids: list[int], max_new_tokens: int) -> dict:
         """Every rank runs the step (as TP ranks do); rank 0's answer is the response."""
         request = json.dumps({"id": next(self._ids), "input_ids": input_ids,
                               "max_new_tokens": max_new_tokens}) + "\n"
         with self._lock:
-            for proc in self.procs:
-                proc.stdin.write(request)
-                proc.stdin.flush()
+            for rank, proc in enumerate(self.procs):
+                try:
+                    proc.stdin.write(request)
+                    proc.stdin.flush()
+                except (BrokenPipeError, OSError):
+                    self._died(rank, proc)
             answers = [self._read(rank, proc) for rank, proc in enumerate(self.procs)]
         if answers[0]["verify_ct"]:
             self.accept_history = (self.accept_history + [answers[0]["accept_length"]])[-32:]
@@ -69,11 +93,7 @@ class RankPool:
         if line:
             return json.loads(line)
         # A rank that vanished without a traceback (SIGKILL, NCCL abort): SGLang's wording.
-        code = proc.wait()
-        self.log.error("Subprocess scheduler_%d (pid=%d) crashed with exit code %s. Triggering SIGQUIT "
-                       "for cleanup...", rank, proc.pid, code)
-        self.log.error("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
-        kill_tree(self)
+        self._died(rank, proc)
         raise RuntimeError("unreachable: the tree was killed")
 
     def kill_children(self) -> None:
@@ -85,6 +105,7 @@ class RankPool:
 def kill_tree(pool: RankPool | None) -> None:
     """SGLang's kill_process_tree(include_parent=True): children first, then ourselves."""
     if pool is not None:
+        pool.stopping = True
         pool.log.info("kill_process_tree called: parent_pid=%d, include_parent=True, pid=%d",
                       os.getpid(), os.getpid())
         pool.kill_children()

@@ -72,13 +72,17 @@ class Worker:
         reserve = (_capture_reserve(torch, self.device, server_args.cuda_graph_max_bs)
                    if server_args.fault == "oom-at-capture" else 0)
         started = time.monotonic()
-        # real 0.5.16 wording (tests/fixtures/sglang-0.5.16/ngram.log)
-        self.log.info("Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=%d, "
-                      "bs=%s, avail mem=%.2f GB", _width(server_args),
-                      list(range(1, server_args.cuda_graph_max_bs + 1)), _avail_gb(torch, self.device))
+        # real 0.5.16 wording (tests/fixtures/sglang-0.5.16/ngram.log); no capture lines without
+        # graphs, as real SGLang under --disable-cuda-graph
+        graphs = _replays_graph(server_args)
+        if graphs:
+            self.log.info("Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=%d, "
+                          "bs=%s, avail mem=%.2f GB", _width(server_args),
+                          list(range(1, server_args.cuda_graph_max_bs + 1)), _avail_gb(torch, self.device))
         self.runner = CudaGraphRunner(server_args, torch, self._forward, self.device, reserve)
-        self.log.info("Capture target verify CUDA graph end. elapsed=%.2f s, mem usage=0.00 GB, "
-                      "avail mem=%.2f GB.", time.monotonic() - started, _avail_gb(torch, self.device))
+        if graphs:
+            self.log.info("Capture target verify CUDA graph end. elapsed=%.2f s, mem usage=0.00 GB, "
+                          "avail mem=%.2f GB.", time.monotonic() - started, _avail_gb(torch, self.device))
         if rank == 0:
             self.log.info("max_total_num_tokens=4096, chunked_prefill_size=8192, max_prefill_tokens="
                           "16384, max_running_requests=%d, context_len=4096, available_gpu_mem=%.2f GB",
@@ -155,8 +159,14 @@ class Worker:
         self.log.info("Decode batch, #running-req: 1, #token: %d, token usage: 0.00, accept len: "
                       "%.2f, accept rate: %.2f, cuda graph: %s, gen throughput (token/s): %.2f, "
                       "#queue-req: 0", running_tokens, accept, (accept - 1) / max(width - 1, 1),
-                      self.runner.use_graphs, stats["tokens"] / elapsed)
+                      _replays_graph(self.args), stats["tokens"] / elapsed)
         stats.update(steps=0, tokens=0, started=time.monotonic())
+
+
+def _replays_graph(server_args) -> bool:
+    """Decode steps replay the captured verify graph: a real CUDA graph on a GPU, its static
+    buffers on the CPU (the imitation's graph), none under --disable-cuda-graph."""
+    return not server_args.disable_cuda_graph
 
 
 def _pick_device(torch, wanted: str):
