@@ -74,7 +74,8 @@ class Ddtreed:
             "policy": {"stop_grace_s": 30.0, "backoff_initial_s": 1.0, "backoff_max_s": 5.0,
                        "max_restarts": 6, "restart_window_s": 1800.0, **(policy or {})},
             "probe": {"startup_timeout_s": 420.0, "health_timeout_s": 30.0,
-                      "generate_timeout_s": 60.0, "verify_window_s": 10.0, **(probe or {})},
+                      "generate_timeout_s": 60.0, "verify_window_s": 10.0, "serving_interval_s": 2.0,
+                      "serving_timeout_s": 5.0, "serving_failures": 2, **(probe or {})},
             "preflight": {"enabled": preflight},
             "canary": {"enabled": True, "max_new_tokens": 32, "timeout_s": 90.0, **(canary or {})},
         }
@@ -382,10 +383,12 @@ def py_spy_probe(pid: int) -> list[dict]:
         for extra in ([], ["--native"], ["--nonblocking"]):
             try:
                 done = subprocess.run([f"{SITE}/bin/py-spy", "dump", "--pid", str(target), *extra],
-                                      capture_output=True, text=True, timeout=30)
+                                      capture_output=True, text=True, timeout=10)
                 attempts.append({"pid": target, "scheduler": bool(scheduler and target == scheduler.pid),
                                  "args": extra, "rc": done.returncode,
                                  "out": (done.stdout or done.stderr)[-400:]})
+                if done.returncode == 0:
+                    break
             except (OSError, subprocess.TimeoutExpired) as error:
                 attempts.append({"pid": target, "args": extra, "error": str(error)})
     return attempts
