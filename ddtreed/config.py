@@ -62,6 +62,13 @@ class ProbeConfig:
     min_accept_length: float | None = None  # floor; None = only the learned baseline
     accept_baseline_fraction: float = 0.5  # fail below this fraction of the learned baseline
     poll_interval_s: float = 0.5
+    # while serving (ddtreed/serving.py): a health probe every serving_interval_s (0: off), an
+    # incident after serving_failures failures in a row; `cuda graph: False` on eager_fallback_lines
+    # decode lines in a row after a capture is the silent eager fallback
+    serving_interval_s: float = 10.0
+    serving_timeout_s: float = 5.0
+    serving_failures: int = 3
+    eager_fallback_lines: int = 5
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,9 @@ class CanaryConfig:
     max_new_tokens: int = 32
     interval_s: float = 0.0  # 0: only after restarts and remediations
     max_divergent_tokens: int = 0
-    repetition_limit: int = 8  # the same token this many times in a row is degenerate
+    repetition_limit: int = 0  # the same token this many times in a row is degenerate (0: off)
+    degenerate_loop_share: float = 0.9  # one loop covering this share of an output is degenerate
+    degenerate_loop_period: int = 4  # ... a loop of at most this many tokens
     collapse_accept_length: float = 1.2  # at or below: acceptance collapsed
     collapse_baseline_fraction: float = 0.5  # below this share of the learned baseline: collapsed
     timeout_s: float = 60.0  # deadline budget for one whole canary run (all prompts)
@@ -273,11 +282,16 @@ def _check(config: Config) -> None:
         "probe.startup_timeout_s": config.probe.startup_timeout_s,
         "probe.health_timeout_s": config.probe.health_timeout_s,
         "probe.generate_max_new_tokens": config.probe.generate_max_new_tokens,
+        "probe.serving_timeout_s": config.probe.serving_timeout_s,
+        "probe.serving_failures": config.probe.serving_failures,
+        "probe.eager_fallback_lines": config.probe.eager_fallback_lines,
         "paths.log_max_bytes": config.paths.log_max_bytes,
     }
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{source}: {key} must be > 0, got {value}")
+    if config.probe.serving_interval_s < 0:
+        raise ConfigError(f"{source}: probe.serving_interval_s must be >= 0 (0: no probes while serving)")
     if config.policy.backoff_max_s < config.policy.backoff_initial_s:
         raise ConfigError(f"{source}: policy.backoff_max_s must be >= policy.backoff_initial_s")
     if not 0 < config.probe.accept_baseline_fraction <= 1:

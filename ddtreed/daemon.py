@@ -9,8 +9,10 @@ subscribers; the demo and tests stop it by `request_stop()`, which enqueues like
 
 from __future__ import annotations
 
+import json
 import queue
 import signal
+from dataclasses import replace
 from typing import Callable
 
 import structlog
@@ -31,7 +33,8 @@ from .recovery import recover, verified_launch
 from .remediation import Attempt, Launch, attempt, revert
 from .service_run import ServiceRun
 from .status import StatusBoard
-from .verify import flatten, verify
+from .serving import EVIDENCE_PREFIX, UNHEALTHY, ServingWatch, hang_evidence, settings_from
+from .verify import baseline_key, flatten, verify
 from .wiring import Wiring, build, rebuild, reload_config, service_context
 
 log = structlog.get_logger(__name__)
@@ -39,8 +42,6 @@ log = structlog.get_logger(__name__)
 EXIT_OK = 0
 EXIT_GAVE_UP = 3
 TURN_S = 0.2  # the longest the loop goes without answering signals and the watchdog
-SERVING_PROBE_S = 30.0  # while serving, a light /health this often keeps "last healthy" fresh
-SERVING_PROBE_BUDGET_S = 2.0
 HOOKS_DRAIN_STOP_S = 2.0  # at a stop, pending notifications get this long (a prompt SIGTERM)
 HOOKS_DRAIN_GAVE_UP_S = 30.0  # at a give-up, the person must hear of it before ddtreed exits
 
@@ -191,7 +192,7 @@ class Daemon:
 
     def _watch(self) -> tuple[tuple[Crash, ...], ExitStatus | None]:
         periodic = self.wiring.periodic_canary
-        next_probe = self.clock.monotonic() + SERVING_PROBE_S
+        watch = self._serving_watch()
         while True:
             groups = self.service.pump(TURN_S)
             if groups:
@@ -199,6 +200,9 @@ class Daemon:
             exit_status = self.service.poll()
             if exit_status is not None:
                 return self.service.drain(), exit_status
+            events, self.service.serving_events = self.service.serving_events + watch.tick(), []
+            if events:  # hung, eager fallback, collapse: an incident with its evidence
+                return (self._serving_crash(events[0]),), None
             if periodic is not None and periodic.due():
                 result = periodic.run_if_due(self.prober(), self.context)
                 if result is not None:
@@ -207,18 +211,6 @@ class Daemon:
                         return (canary_crash(result),), None
                     if result.passed:
                         self.serving_probe_passed()
-            if self.clock.monotonic() >= next_probe:
-                next_probe = self.clock.monotonic() + SERVING_PROBE_S
-                self._serving_probe()
-
-    def _serving_probe(self) -> None:
-        """A light /health while serving. It only refreshes "last healthy": a failure is logged, never
-        acted on here (crashes come from the logs and the exit; a busy server may answer slowly)."""
-        result = self.prober().health(self.clock.monotonic() + SERVING_PROBE_BUDGET_S)
-        if result.ok:
-            self.serving_probe_passed()
-        else:
-            log.info("serving_probe_failed", detail=result.detail)
 
     def serving_probe_passed(self) -> None:
         """A probe of the serving service passed: the status board and /metrics show it now."""
@@ -226,6 +218,27 @@ class Daemon:
         self.publish(last_healthy_at=now)
         if self.metrics is not None:
             self.metrics.healthy_probe(now)
+
+    def _serving_watch(self) -> ServingWatch:
+        """The serving watch of this verified launch: probes, decode lines (ddtreed/serving.py)."""
+        watch = ServingWatch(settings_from(self.config.probe), self.prober(),
+                             captured_graphs=self.service.milestones.captured_graphs,
+                             baseline=self.store.baseline(baseline_key(self.context)),
+                             clock=self.clock.monotonic, wall=self.clock.time,
+                             on_ok=self.serving_probe_passed)
+        self.service.serving, self.service.serving_events = watch, []
+        return watch
+
+    def _serving_crash(self, event) -> Crash:
+        """The event as a crash; a hung service's stacks and GPU state are captured first."""
+        crash = event.crash()
+        log.error("serving.incident", kind=event.kind, detail=event.detail)
+        pid = self.service.pid
+        if event.kind == UNHEALTHY and pid is not None and self.host.local:
+            evidence = hang_evidence(pid)
+            crash = replace(crash, context=crash.context + (
+                EVIDENCE_PREFIX + json.dumps(evidence, default=str)[:60000],))
+        return crash
 
     def verify_start(self, window: bool) -> Verdict:
         """Verify the service just started (the window too when `window`), then the output canary."""
@@ -355,7 +368,8 @@ class Daemon:
             self.lifecycle.enter(self.lifecycle.state, text)
 
     def show_canary(self, result) -> None:
-        self.publish(canary={"last_run_at": result.at, "passed": result.passed, "detail": result.detail})
+        self.publish(canary={"last_run_at": result.at, "passed": result.passed, "detail": result.detail,
+                             "accept_length": result.accept_length})  # apart from the probe's
 
     def refresh_context(self) -> ServiceContext:
         self.context = service_context(self.wiring, self.launch.argv)  # the launch moved (fix, revert)

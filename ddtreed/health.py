@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Callable
 
@@ -15,40 +16,58 @@ log = structlog.get_logger(__name__)
 
 # (substring, milestone name, progress text) in startup order. SGLang prints these in every
 # version; each rank prints them, so a milestone is reported once per (name, graph kind).
+# Graph capture lines: 0.5.16 `Capture target prefill|decode|verify CUDA graph begin. …` (and
+# `Capture draft … CUDA graph …`), older releases `Capture cuda graph begin. …`.
 _MARKERS = (
     ("Load weight begin", "weights-loading", "loading weights"),
     ("Load weight end", "weights-loaded", "weights loaded; allocating the KV cache"),
     ("KV Cache is allocated", "kv-cache", "KV cache allocated; building the memory pool"),
-    ("Memory pool end", "memory-pool", "memory pool ready; capturing CUDA graphs next"),
-    ("Capture cuda graph begin", "graph-capture", "capturing CUDA graphs"),
-    ("verify CUDA graph begin", "graph-capture", "capturing CUDA graphs"),
-    ("Capture cuda graph end", "graphs-captured", "CUDA graphs captured; warming up"),
-    ("verify CUDA graph end", "graphs-captured", "CUDA graphs captured; warming up"),
+    ("Memory pool end", "memory-pool", "memory pool ready; capturing CUDA graphs or warming up"),
     ("max_total_num_tokens=", "max-total-tokens", "scheduler up; warming up"),
     ("The server is fired up and ready to roll!", "ready", "ready"),
 )
+_CAPTURE = re.compile(r"Capture (?:(?P<role>target|draft) )?(?:(?P<phase>\w+) )?cuda graph "
+                      r"(?P<edge>begin|end)\b", re.IGNORECASE)
+_WIDTH = re.compile(r"num_tokens_per_(?:req|bs)=(\d+)")
+# uvicorn could not bind: SGLang goes on and its warm-up request reaches whatever holds the port,
+# so the `ready` line that follows is not this process' readiness (real 0.5.16, portinuse.log).
+_BIND_FAILED = re.compile(r"\[Errno (?:98|13)\] error while attempting to bind on address")
 _NEEDLES = ("Load weight", "KV Cache is allocated", "Memory pool end", "CUDA graph",
-            "cuda graph", "max_total_num_tokens=", "ready to roll")
+            "cuda graph", "max_total_num_tokens=", "ready to roll", "error while attempting to bind")
 
 
 class MilestoneTracker:
-    """Startup progress of one launch, fed with log chunks; make a new one per start."""
+    """Startup progress of one launch, fed with log chunks; make a new one per start.
+
+    `ready` is only ever this process' own readiness: after a bind failure (`[Errno 98] error
+    while attempting to bind on address …`) the later ready line is ignored and `bind_error`
+    holds the message instead.
+    """
 
     def __init__(self) -> None:
         self.milestones: list[Milestone] = []
         self._seen: set[tuple[str, str]] = set()
         self._progress = "starting"
+        self.bind_error: str | None = None
+        self.false_ready: str | None = None  # the ready line printed after a bind failure
+        self.captured: list[str] = []  # graph kinds captured to the end, e.g. "target verify"
+        self.widths: dict[str, int] = {}  # graph kind -> num_tokens_per_req from its begin line
 
     @property
     def ready(self) -> bool:
         return ("ready", "") in self._seen
+
+    @property
+    def captured_graphs(self) -> bool:
+        """A CUDA graph was captured to its end: decode should then say `cuda graph: True`."""
+        return bool(self.captured)
 
     def progress_text(self) -> str:
         return self._progress
 
     def feed(self, chunk: LogChunk) -> list[Milestone]:
         """New milestones in this chunk; most chunks hold none and cost one substring scan."""
-        joined = "\n".join(chunk.lines)
+        joined = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
         if not any(needle in joined for needle in _NEEDLES):
             return []
         found = []
@@ -59,27 +78,57 @@ class MilestoneTracker:
         return found
 
     def _match(self, line: str, at: float) -> Milestone | None:
+        if _BIND_FAILED.search(line):
+            if self.bind_error is None:
+                self.bind_error = _message(line)
+                self._progress = "HTTP server failed to bind its port: " + self.bind_error
+                log.error("startup.bind_failed", text=self.bind_error,
+                          hint="another process holds the port; a later ready line is not ours")
+            return None
+        capture = _CAPTURE.search(line)
+        if capture is not None:
+            return self._capture(capture, line, at)
         for marker, name, progress in _MARKERS:
             if marker not in line:
                 continue
-            kind = _graph_kind(line) if name.startswith("graph") else ""
-            if (name, kind) in self._seen:
+            if name == "ready" and self.bind_error is not None:
+                if self.false_ready is None:
+                    self.false_ready = _message(line)
+                    log.error("startup.false_ready", text=self.false_ready, bind_error=self.bind_error,
+                              hint="the warm-up request reached another server on this port")
                 return None
-            self._seen.add((name, kind))
-            self._progress = f"{progress} ({kind} verify)" if kind in ("target", "draft") and \
-                name == "graph-capture" else progress
-            milestone = Milestone(name=name, text=_message(line), at=at)
-            self.milestones.append(milestone)
-            log.info("startup.milestone", milestone=name, kind=kind or None, text=milestone.text)
-            return milestone
+            return self._record(name, "", progress, line, at)
         return None
 
+    def _capture(self, capture: re.Match, line: str, at: float) -> Milestone | None:
+        kind = _graph_kind(capture)
+        if capture.group("edge").lower() == "begin":
+            width = _WIDTH.search(line)
+            if width is not None:
+                self.widths.setdefault(kind, int(width.group(1)))
+            return self._record("graph-capture", kind, f"capturing CUDA graphs ({kind})", line, at)
+        if kind not in self.captured:
+            self.captured.append(kind)
+        return self._record("graphs-captured", kind, f"CUDA graphs captured ({kind}); warming up",
+                            line, at)
 
-def _graph_kind(line: str) -> str:
-    for kind in ("target", "draft"):
-        if f"Capture {kind} verify" in line:
-            return kind
-    return "decode"
+    def _record(self, name: str, kind: str, progress: str, line: str, at: float) -> Milestone | None:
+        if (name, kind) in self._seen:
+            return None
+        self._seen.add((name, kind))
+        self._progress = progress
+        milestone = Milestone(name=name, text=_message(line), at=at)
+        self.milestones.append(milestone)
+        log.info("startup.milestone", milestone=name, kind=kind or None, text=milestone.text)
+        return milestone
+
+
+def _graph_kind(capture: re.Match) -> str:
+    """"target verify", "target prefill", "draft verify", …; the old single line is "decode"."""
+    role, phase = capture.group("role"), capture.group("phase")
+    if role is None and phase is None:
+        return "decode"
+    return " ".join(part for part in (role or "target", phase or "decode"))
 
 
 def _message(line: str) -> str:

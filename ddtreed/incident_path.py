@@ -21,6 +21,7 @@ from .logsetup import incident_context
 from .records import Application, Crash, ExitStatus, Outcome, ServiceContext, Verdict
 from .remediation import Attempt, Engine, Launch
 from .rules import RuleSet
+from .serving import evidence_of, without_echoes
 
 log = structlog.get_logger(__name__)
 
@@ -72,7 +73,7 @@ class Loop(Protocol):
 def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus | None) -> Outcome:
     """Record, diagnose, remediate: the incident's outcome (the loop relaunches unless resolved)."""
     loop.lifecycle.enter("crashed", "service failed")
-    crashes = crashes or (synthetic_crash(exit_status, loop.clock.time()),)
+    crashes = without_echoes(crashes) or (synthetic_crash(exit_status, loop.clock.time()),)
     loop.lifecycle.enter("diagnosing", "service failed: diagnosing")
     diagnosis = loop.rules.diagnose(crashes, loop.context)
     store = loop.store
@@ -80,10 +81,16 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
     incident_id = store.open_incident(
         "canary" if crashes[0].kind == "canary" else "crash", crashes, diagnosis.signature,
         diagnosis.match, loop.context,
-        detected_at=min((c.detected_at for c in crashes if c.detected_at), default=None))
+        detected_at=min((c.detected_at for c in crashes if c.detected_at), default=None),
+        service=service_name(loop))
+    loop.publish(current_incident_id=incident_id)  # at detection, not after the stop
+    for crash in crashes:  # a hung service's stacks and GPU state, captured before the stop
+        found = evidence_of(crash)
+        if found is not None:
+            store.add_step(incident_id, "evidence", found[0], found[1])
     with incident_context(incident_id):
-        loop.stop_service("crash")
-        late = loop.service.drain()
+        loop.stop_service("crash")  # no drain: SGLang's own 5 s crash sleep is not waited for
+        late = without_echoes(loop.service.drain(), already=crashes)  # SIGQUIT echoes are no 2nd death
         if late:  # other ranks finished their tracebacks while the tree went down
             crashes = crashes + late
             diagnosis = loop.rules.diagnose(crashes, loop.context)
@@ -96,18 +103,32 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
         loop.publish(current_incident_id=incident_id)
         if match.category == "silent-corruption":  # wrong output while serving: tell a person at once
             loop.notify_person("silent-corruption", incident_id)
-        status = remediate(loop, incident_id, diagnosis.signature.fingerprint, list(match.remediations))
+        status = remediate(loop, incident_id, diagnosis.signature.fingerprint, list(match.remediations),
+                           relaunch_heals=all(c.kind in RELAUNCH_HEALS for c in crashes))
         loop.publish(current_incident_id=None)
     return Outcome(incident_id, status)
 
 
-def remediate(loop: Loop, incident_id: int, fingerprint: str, remediations: list[str]) -> str:
+# A process that died without a Python error (killed, OOM-killed, a dead detokenizer) or a hung
+# service: a plain relaunch is the remedy, proved like any fix by verification and its window.
+RELAUNCH_HEALS = ("child-death", "killed", "serving")
+
+
+def service_name(loop: Loop) -> str:
+    """The incident's `service`: where it runs (the inventory host, else localhost) and its port."""
+    return f"{loop.config.service.remote or 'localhost'}:{loop.context.port}"
+
+
+def remediate(loop: Loop, incident_id: int, fingerprint: str, remediations: list[str],
+              relaunch_heals: bool = False) -> str:
     """Decide under the policy and try the rule's remediations; the incident's final status."""
     store, policy = loop.store, loop.config.policy
     remediations = remediations[: policy.max_remediations_per_incident]
     if recurred_after_verified_fix(loop, incident_id, fingerprint):
         return escalate(loop, incident_id, fingerprint, "the same crash came back after its fix was verified",
                         event="recurrence")
+    if policy.mode == "auto" and not remediations and relaunch_heals and not store.is_frozen(fingerprint):
+        return relaunch_and_verify(loop, incident_id)
     if policy.mode == "off" or not remediations:
         return not_remediated(loop, incident_id, "policy off" if policy.mode == "off" else "no remediation known")
     if store.is_frozen(fingerprint):
@@ -128,6 +149,22 @@ def remediate(loop: Loop, incident_id: int, fingerprint: str, remediations: list
             log.info("incident_resolved", remediation=remediation_id)
             return "resolved"
     return escalate(loop, incident_id, fingerprint, "no remediation left to try")
+
+
+def relaunch_and_verify(loop: Loop, incident_id: int) -> str:
+    """A death without a fix to apply: relaunch unchanged and verify it like a fix (window
+    included). Healthy: the incident is resolved "restarted; healthy"; else it stays open and the
+    loop relaunches under its budget."""
+    loop.lifecycle.enter("remediating", f"incident {incident_id}: relaunching (no fix to apply)")
+    verdict = restart_and_verify(loop, incident_id)
+    if verdict.ok:
+        loop.store.finish(incident_id, "resolved", "restarted; healthy")
+        loop.healthy(verdict)
+        log.info("incident_resolved", remediation=None, outcome="restarted; healthy")
+        return "resolved"
+    loop.lifecycle.enter("remediating", f"incident {incident_id}: the relaunch did not hold")
+    loop.stop_service("the relaunch did not hold")
+    return not_remediated(loop, incident_id, f"relaunched, not healthy: {verdict.detail}")
 
 
 def escalate(loop: Loop, incident_id: int, fingerprint: str, reason: str, event: str = "escalated") -> str:

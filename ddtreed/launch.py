@@ -13,7 +13,7 @@ import structlog
 
 from ._proctree import TOKEN_VARIABLE
 from .config import Config
-from .host import Host, Process
+from .host import Host, LocalHost, LocalProcess, Process
 from .records import ExitStatus
 
 log = structlog.get_logger(__name__)
@@ -26,9 +26,17 @@ CHILD_NAME_PATTERNS = (
 )
 DEFAULT_PORT = 30000  # SGLang's own default for --port
 _POLL_S = 0.05
+_GROUP_TERM_S = 5.0  # after a failed drain the group gets this long before SIGKILL
 _KILL_WAIT_S = 10.0  # SIGKILL is immediate unless a process sits in a driver call
 _ROTATE_CHECK_S = 5.0  # a stat per log file at most this often while running
 _PROGRESS_EVERY_S = 2.0
+
+
+def is_requested_stop_exit(status: ExitStatus) -> bool:
+    """How a service that ddtreed asked to stop may end: 0, SIGTERM, or SGLang's own SIGKILL of
+    its tree after draining (rc 137). Such an exit is the stop, not a crash."""
+    return status.code in (0, 128 + signal.SIGTERM, 128 + signal.SIGKILL) or \
+        status.signal in (signal.SIGTERM, signal.SIGKILL)
 
 
 class StopError(RuntimeError):
@@ -66,6 +74,8 @@ class Supervisor:
         self._clock = clock
         self._token: str | None = None
         self._exit_logged = False
+        self.stop_requested = False  # stop() was called for the current launch
+        self._foreign_port_logged = False
         self._next_rotate_check = 0.0
         log_dir = PurePosixPath(config.paths.log_dir)
         self.log_paths = [str(log_dir / "service.stdout.log"), str(log_dir / "service.stderr.log")]
@@ -89,8 +99,12 @@ class Supervisor:
         # Children inherit this token: it identifies them after they leave the session or are orphaned.
         self._token = secrets.token_hex(8)
         env = {**self.env, TOKEN_VARIABLE: self._token}
+        # Python's own stack dump on fatal signals (SIGABRT from a C++ abort, SIGSEGV): evidence
+        # in the log, and the last fallback for a hung scheduler's stacks (serving.hang_evidence).
+        env.setdefault("PYTHONFAULTHANDLER", "1")
         self.process = self.host.spawn(self.argv, env, self.config.service.cwd, *self.log_paths)
         self._exit_logged = False
+        self.stop_requested = False
         self._next_rotate_check = self._clock() + self.rotate_check_s
         log.info("service.started", pid=self.process.pid, port=self.port, argv=self.argv,
                  logs=self.log_paths, host=self.host.name)
@@ -108,18 +122,41 @@ class Supervisor:
             log.warning("service.exited", pid=self.process.pid, status=status.describe())
         return status
 
-    def stop(self, reason: str) -> ExitStatus:
-        """TERM the group, wait the grace period, KILL it, sweep survivors, wait for port and GPUs."""
+    def stop(self, reason: str, drain: bool | None = None) -> ExitStatus:
+        """Stop the whole service, the way SGLang wants to be stopped.
+
+        SIGTERM to the launcher process only: SGLang then logs `SIGTERM received… Draining
+        requests`, finishes the requests in flight and SIGKILLs its own tree (real 0.5.16: rc 137
+        after 4–7 s). Only when the tree outlives `policy.stop_grace_s` does the group get
+        SIGTERM, then SIGKILL; survivors outside the group are swept; then the port and GPUs
+        must be released. A SIGTERM to the group instead kills the scheduler mid-drain.
+
+        `drain=False` for a service that already failed (a child died, a crash is in progress):
+        nothing is left to drain, and SGLang would first sleep 5 s "to let GPU activity settle";
+        the group gets SIGTERM at once. Unset: no drain when `reason` is "crash".
+        """
+        if drain is None:
+            drain = reason != "crash"
         process = self.process
         if process is None:
             raise RuntimeError("the service was never started")
         grace = self.config.policy.stop_grace_s
-        log.info("service.stopping", pid=process.pid, reason=reason, grace_s=grace)
+        log.info("service.stopping", pid=process.pid, reason=reason, grace_s=grace, drain=drain)
         status = process.poll()
         already_exited = status is not None
+        self.stop_requested = True
         if self._tree_alive(process):
-            process.signal_group(signal.SIGTERM)
-            status = self._wait_tree_exit(process, self._clock() + grace)
+            if drain and status is None and self._signal_main(process, signal.SIGTERM):
+                status = self._wait_tree_exit(process, self._clock() + grace)
+                if self._tree_alive(process):
+                    log.warning("service.drain_timeout", pid=process.pid, grace_s=grace,
+                                main_alive=process.poll() is None,
+                                hint="the launcher did not finish draining within "
+                                     "policy.stop_grace_s; terminating its process group")
+            if self._tree_alive(process):
+                process.signal_group(signal.SIGTERM)
+                status = self._wait_tree_exit(process, self._clock() + (min(grace, _GROUP_TERM_S)
+                                                                        if drain else grace))
         if self._tree_alive(process):
             status = self._kill_group(process, grace)
         swept = self.host.sweep_session(process.pid, CHILD_NAME_PATTERNS, token=self._token)
@@ -129,11 +166,25 @@ class Supervisor:
                            "port and GPU memory and make the next start fail")
         self._wait_released([process.pid, *swept])
         if status is None:
+            status = process.poll()
+        if status is None:
             raise StopError(f"service pid {process.pid} survived SIGKILL")
         self._exit_logged = True
         log.info("service.stopped", pid=process.pid, status=status.describe(),
-                 already_exited=already_exited, reason=reason)
+                 already_exited=already_exited, reason=reason,
+                 expected=not already_exited and is_requested_stop_exit(status))
         return status
+
+    def _signal_main(self, process: Process, signum: int) -> bool:
+        """Signal the launcher alone; a host whose process handle cannot (the SSH wrapper
+        shell) gets its group signalled instead."""
+        if isinstance(process, LocalProcess):
+            try:
+                os.kill(process.pid, signum)
+                return True
+            except (ProcessLookupError, PermissionError):
+                return False
+        return process.signal_group(signum)
 
     def _tree_alive(self, process: Process) -> bool:
         if process.poll() is None:
@@ -162,6 +213,8 @@ class Supervisor:
         next_progress = started + _PROGRESS_EVERY_S
         while True:
             port_busy = self.host.port_in_use(self.address, self.port)
+            if port_busy and self._port_held_by_others(pids):
+                port_busy = False  # not ours: waiting cannot free it (the next start's preflight says so)
             holders = self.host.gpu_holders(pids)
             if not port_busy and not holders:
                 log.debug("service.released", port=self.port, waited_s=self._clock() - started)
@@ -177,6 +230,30 @@ class Supervisor:
                          gpu_holders=holders, waited_s=round(now - started, 1))
                 next_progress = now + _PROGRESS_EVERY_S
             time.sleep(_POLL_S * 2)
+
+    def _port_held_by_others(self, pids: list[int]) -> bool:
+        """The port is held, but only by processes that are not this service's (local host only:
+        e.g. the server whose port this launch failed to bind). Unknown: False, keep waiting."""
+        if not isinstance(self.host, LocalHost):
+            return False
+        import psutil
+
+        from . import _proctree
+
+        try:
+            listeners = {conn.pid for conn in psutil.net_connections(kind="tcp")
+                         if conn.laddr and conn.laddr.port == self.port and conn.pid
+                         and conn.status == psutil.CONN_LISTEN}
+        except (psutil.Error, OSError):
+            return False
+        ours = set(pids) | set(_proctree.token_holders(self._token) if self._token else [])
+        if listeners and not listeners & ours:
+            if not self._foreign_port_logged:
+                self._foreign_port_logged = True
+                log.warning("service.port_held_by_other", port=self.port, holders=sorted(listeners),
+                            hint="another process holds the service's port; not waiting for it")
+            return True
+        return False
 
     def _rotate_if_large(self) -> None:
         now = self._clock()

@@ -39,6 +39,7 @@ CrashKind = Literal[
     "nccl-watchdog",     # the NCCL watchdog's collective timeout
     "canary",            # a failed output canary (ddtreed/canary), no traceback
     "probe-failed",      # a health/generate probe failed, no traceback
+    "serving",           # the serving watch (ddtreed/serving.py): hung, eager fallback, collapse
 ]
 CRASH_KINDS: tuple[str, ...] = get_args(CrashKind)
 

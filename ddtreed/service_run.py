@@ -32,6 +32,8 @@ class ServiceRun:
         self.follower = None
         self._closed = False
         self._on_turn, self._on_progress = on_turn, on_progress
+        self.serving = None  # a ServingWatch (ddtreed/serving.py) once the launch is verified
+        self.serving_events: list = []
 
     @property
     def pid(self) -> int | None:
@@ -44,6 +46,21 @@ class ServiceRun:
     @property
     def ready(self) -> bool:
         return self.milestones.ready
+
+    @property
+    def bind_error(self) -> str | None:
+        """The log's `[Errno 98] error while attempting to bind …` line, if this launch failed to bind."""
+        return self.milestones.bind_error
+
+    def owns_port(self) -> bool | None:
+        """Does a process of this launch listen on the service port? None: cannot tell (remote)."""
+        from .host import LocalHost
+        from .serving import port_owner_in_tree
+
+        pid = self.supervisor.pid
+        if pid is None or not isinstance(self.host, LocalHost):
+            return None
+        return port_owner_in_tree(pid, self.supervisor.port)
 
     def progress_text(self) -> str:
         return self.milestones.progress_text()
@@ -65,6 +82,8 @@ class ServiceRun:
             self.assembler.feed(chunk)
             if self.milestones.feed(chunk):
                 self._on_progress(self.milestones.progress_text())
+            if self.serving is not None:
+                self.serving_events += self.serving.feed(chunk)
         return self.assembler.take(self.clock.time())
 
     def poll(self) -> ExitStatus | None:
@@ -90,10 +109,11 @@ class ServiceRun:
                     self.follower.wait(DRAIN_QUIET_S / 4)
         return flatten(self.assembler.take(self.clock.time(), final=True))
 
-    def stop(self, reason: str) -> ExitStatus | None:
+    def stop(self, reason: str, drain: bool | None = None) -> ExitStatus | None:
+        """Drain and stop (SIGTERM to the launcher first); `drain=False` for a failed service."""
         if self.supervisor.process is None:
             return None
-        return self.supervisor.stop(reason)
+        return self.supervisor.stop(reason, drain=drain)
 
     def close(self) -> None:
         """Stop following the logs (the follower object stays, closed, for whoever inspects it)."""

@@ -43,6 +43,17 @@ class LogFeed(Protocol):
     def drain(self) -> tuple[Crash, ...]: ...
 
 
+def bind_failure(feed) -> Crash | None:
+    """The service's HTTP server failed to bind its port (real 0.5.16 logs it, then prints a false
+    ready line): a port-in-use crash, whatever answers on the port afterwards."""
+    text = getattr(feed, "bind_error", None)
+    if not text:
+        return None
+    message = text.split("ERROR:", 1)[-1].strip()
+    return Crash(kind="traceback", exception="OSError", message=message, source="service log",
+                 excerpt=(text,))
+
+
 class Prober(Protocol):
     def health(self, deadline: float) -> HealthResult: ...
 
@@ -120,12 +131,18 @@ class _Stages:
             if exit_status is not None:
                 return Verdict(False, f"service {exit_status.describe()} during startup", feed.drain(),
                                exit_status, stage="startup")
+            bound = bind_failure(feed)
+            if bound is not None:  # the ready line that may follow is not this process' readiness
+                return Verdict(False, f"the HTTP server could not bind its port: {bound.message}", (bound,),
+                               feed.poll(), stage="startup")
             if feed.ready:
                 return Verdict(True, "ready", stage="startup")
             now = clock.monotonic()
             if now >= next_health_probe:
                 next_health_probe = now + HEALTH_PROBE_EVERY_S
-                if self.prober.health(clock.monotonic() + 1.0).ok:
+                # a 200 from a port another process holds is not this launch's readiness
+                owns = getattr(feed, "owns_port", lambda: None)()
+                if owns is not False and self.prober.health(clock.monotonic() + 1.0).ok:
                     return Verdict(True, "ready (health probe)", stage="startup")
             if now >= next_progress:
                 next_progress = now + PROGRESS_EVERY_S

@@ -114,3 +114,82 @@ def test_service_port_from_config_argv_or_default(tmp_path: Path):
     assert service_port(make_config(tmp_path, argv, port=32000), argv) == 32000
     assert service_port(make_config(tmp_path, ["x", "--port=31001"]), ["x", "--port=31001"]) == 31001
     assert service_port(make_config(tmp_path, ["x"]), ["x"]) == 30000
+
+
+def test_stop_lets_an_sglang_like_launcher_drain_then_accepts_its_rc_137(tmp_path: Path):
+    """Real 0.5.16: SIGTERM to the launcher alone, it drains, then SIGKILLs its own tree."""
+    from ddtreed.launch import is_requested_stop_exit
+
+    config = make_config(tmp_path, program("sglang_like_drain.py", 0.5), grace_s=20)
+    supervisor = Supervisor(LocalHost(), config, list(config.service.argv), {})
+    process = supervisor.start()
+    stdout = Path(supervisor.log_paths[0])
+    wait_for(lambda: "request in flight" in stdout.read_text(), 10, what="the scheduler's request")
+    with capture_logs() as logs:
+        status = supervisor.stop("test")
+    text = stdout.read_text()
+    assert "Draining requests and shutting down" in text
+    assert "scheduler: finished the request in flight" in text  # the drain was not cut short
+    assert "crashed with exit code" not in text
+    assert status == ExitStatus(code=None, signal=signal.SIGKILL)  # what a shell shows as 137
+    assert is_requested_stop_exit(status) and supervisor.stop_requested
+    assert events(logs, "service.stopped")[0]["expected"] is True
+    assert not events(logs, "service.sigkill") and not events(logs, "service.drain_timeout")
+    assert gone(process.pid)
+
+
+def test_a_launcher_that_never_drains_gets_the_group_then_sigkill(tmp_path: Path):
+    config = make_config(tmp_path, program("sglang_like_drain.py", 0, "--ignore-sigterm"), grace_s=0.5)
+    supervisor = Supervisor(LocalHost(), config, list(config.service.argv), {})
+    process = supervisor.start()
+    stdout = Path(supervisor.log_paths[0])
+    wait_for(lambda: "request in flight" in stdout.read_text(), 10, what="the scheduler's request")
+    with capture_logs() as logs:
+        status = supervisor.stop("test")
+    assert "SIGTERM ignored" in stdout.read_text()
+    assert events(logs, "service.drain_timeout")
+    assert status is not None and gone(process.pid)
+    assert not psutil.pids() or all(gone(p) for p in [process.pid])
+
+
+def test_requested_stop_exits_are_not_crashes_but_other_codes_are():
+    from ddtreed.launch import is_requested_stop_exit
+
+    assert is_requested_stop_exit(ExitStatus(code=137, signal=None))
+    assert is_requested_stop_exit(ExitStatus(code=None, signal=signal.SIGKILL))
+    assert is_requested_stop_exit(ExitStatus(code=0, signal=None))
+    assert not is_requested_stop_exit(ExitStatus(code=1, signal=None))
+    assert not is_requested_stop_exit(ExitStatus(code=2, signal=None))
+
+
+def test_stop_without_drain_terminates_the_group_at_once(tmp_path: Path):
+    """A crash in progress: no drain, the scheduler is signalled with the launcher."""
+    config = make_config(tmp_path, program("sglang_like_drain.py", 30), grace_s=20)
+    supervisor = Supervisor(LocalHost(), config, list(config.service.argv), {})
+    supervisor.start()
+    stdout = Path(supervisor.log_paths[0])
+    wait_for(lambda: "request in flight" in stdout.read_text(), 10, what="the scheduler's request")
+    status = supervisor.stop("crash", drain=False)
+    assert "finished the request in flight" not in stdout.read_text()  # no 30 s drain waited for
+    assert status is not None
+
+
+def test_stop_does_not_wait_for_a_port_another_process_holds(tmp_path: Path):
+    """Real 0.5.16 with its port taken: the service dies, the other server keeps the port."""
+    import socket
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    try:
+        config = make_config(tmp_path, program("hang.py"), port=port)
+        supervisor = Supervisor(LocalHost(), config, list(config.service.argv), {}, release_timeout_s=60)
+        supervisor.start()
+        wait_for(lambda: "hanging now" in Path(supervisor.log_paths[0]).read_text(), 10, what="start")
+        with capture_logs() as logs:
+            supervisor.stop("test")
+        assert events(logs, "service.port_held_by_other")[0]["port"] == port
+        assert not events(logs, "service.release_timeout")
+    finally:
+        holder.close()

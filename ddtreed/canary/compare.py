@@ -40,16 +40,24 @@ def output_tokens(ids: Sequence[int] | None, text: str | None) -> tuple[str, lis
 
 
 def compare(golden_ids: Sequence[int], golden_text: str, ids: Sequence[int] | None,
-            text: str | None, max_divergent: int, repetition_limit: int) -> Comparison:
-    """Compare as ids when both sides have them (exact), else as whitespace-split words."""
+            text: str | None, max_divergent: int, repetition_limit: int,
+            loop: "LoopLimit | None" = None) -> Comparison:
+    """Compare as ids when both sides have them (exact), else as whitespace-split words.
+
+    An output identical to its golden is never degenerate: the golden passed the same test."""
     if golden_ids and ids:
         kind, expected, got = "ids", list(golden_ids), list(ids)
     else:
         kind, expected, got = "words", golden_text.split(), (text or "").split()
     if not got:
         return Comparison("empty", kind, 0, len(expected))
-    repeated = degenerate_repetition(got, repetition_limit)
     first, divergent = divergence(expected, got)
+    repeated = None
+    if divergent:
+        repeated = degenerate_repetition(got, repetition_limit)
+        if repeated is None and loop is not None:
+            found = degenerate_loop(got, loop)
+            repeated = None if found is None else " ".join(map(str, found))
     diff = render_diff(expected, got, first) if first is not None else ()
     problem = None
     if divergent > max_divergent:
@@ -77,6 +85,40 @@ def degenerate_repetition(tokens: Sequence[Any], limit: int) -> Any | None:
         previous = token
         if run >= limit:
             return token
+    return None
+
+
+@dataclass(frozen=True)
+class LoopLimit:
+    """Degenerate output: from near its start to its end, one short loop.
+
+    Why not a run length: real SGLang 0.5.16's legitimate greedy outputs repeat a token 14 times in
+    a 32-token canary answer and 57 times in a 256-token one (a random model; real models repeat
+    in lists and code too), so any run limit either passes garbage or fails healthy services.
+    What broken numerics produce instead (NaN logits -> one argmax forever, a stuck cache -> the
+    same few tokens) is an output that one loop of at most `max_period` tokens covers almost
+    entirely. The recorded real outputs are covered at most 62% by such a loop (the share of an
+    output whose tail repeats with period <= 4); garbage is covered 100%.
+    """
+
+    share: float = 0.9  # at least this share of the output is one loop ...
+    max_period: int = 4  # ... of at most this many tokens
+    min_tokens: int = 16  # shorter outputs are not judged (a 4-token loop twice is no evidence)
+
+
+def degenerate_loop(tokens: Sequence[Any], limit: LoopLimit) -> tuple[Any, ...] | None:
+    """The loop that covers at least `limit.share` of the output up to its end, else None."""
+    n = len(tokens)
+    if n < max(limit.min_tokens, 2) or limit.share <= 0:
+        return None
+    for period in range(1, max(1, limit.max_period) + 1):
+        if period * 2 > n:
+            break
+        start = n - period  # walk back while the output keeps repeating with this period
+        while start > 0 and tokens[start - 1] == tokens[start - 1 + period]:
+            start -= 1
+        if (n - start) / n >= limit.share:
+            return tuple(tokens[start:start + period])
     return None
 
 

@@ -12,7 +12,7 @@ import structlog
 from ..config import CanaryConfig
 from ..records import ServiceContext
 from . import client
-from .compare import compare, degenerate_repetition, output_tokens
+from .compare import LoopLimit, compare, degenerate_loop, degenerate_repetition, output_tokens
 from .results import (ACCEPTANCE_COLLAPSE, SILENT_CORRUPTION, CanaryResult, GoldenKey,
                       PromptResult)
 
@@ -42,7 +42,9 @@ def validate(config: CanaryConfig) -> None:
     checks = {"max_new_tokens": config.max_new_tokens > 0, "timeout_s": config.timeout_s > 0,
               "max_divergent_tokens": config.max_divergent_tokens >= 0,
               "interval_s": config.interval_s >= 0, "busy_requests": config.busy_requests > 0,
-              "collapse_baseline_fraction": 0 <= config.collapse_baseline_fraction <= 1}
+              "collapse_baseline_fraction": 0 <= config.collapse_baseline_fraction <= 1,
+              "degenerate_loop_share": 0 <= config.degenerate_loop_share <= 1,
+              "degenerate_loop_period": config.degenerate_loop_period >= 1}
     for key, ok in checks.items():
         if not ok:
             raise ValueError(f"canary.{key}: out of range, got {getattr(config, key)!r}")
@@ -92,7 +94,7 @@ class Canary:
         key = self.key(prober, context)
         generations = self._generate_all(prober)
         for index, (prompt, generation) in enumerate(zip(self.prompts, generations), 1):
-            problem = _unusable(generation, self.config.repetition_limit)
+            problem = _unusable(generation, self.config.repetition_limit, loop_limit(self.config))
             if problem:
                 raise CanaryError(f"prompt {index} ({prompt[:40]!r}): {problem[1]}; no goldens recorded")
         self.store.delete_goldens(*key)
@@ -138,12 +140,13 @@ class Canary:
         if generation.error:
             return PromptResult(prompt, False, "error", generation.error, **common)
         if golden is None:
-            problem, detail = _unusable(generation, self.config.repetition_limit) or (None, "no golden yet")
+            problem, detail = _unusable(generation, self.config.repetition_limit,
+                                        loop_limit(self.config)) or (None, "no golden yet")
             tokens = output_tokens(generation.ids, generation.text)[1]
             return PromptResult(prompt, problem is None, problem, detail, tokens=len(tokens), **common)
         found = compare(golden["output_tokens"], golden["output_text"] or "", generation.ids,
                         generation.text, self.config.max_divergent_tokens,
-                        self.config.repetition_limit)
+                        self.config.repetition_limit, loop_limit(self.config))
         return PromptResult(prompt, found.problem is None, found.problem, found.describe(),
                             compared_as=found.compared_as, first_divergence=found.first_divergence,
                             divergent=found.divergent, tokens=found.length,
@@ -205,7 +208,13 @@ class Canary:
         return _replace(result, prompts=tuple(prompts), recorded=recorded, detail=detail)
 
 
-def _unusable(generation: client.Generation, repetition_limit: int) -> tuple[str, str] | None:
+def loop_limit(config: CanaryConfig) -> LoopLimit:
+    """The degeneracy test of this config (`degenerate_loop_share`, `degenerate_loop_period`)."""
+    return LoopLimit(share=config.degenerate_loop_share, max_period=config.degenerate_loop_period)
+
+
+def _unusable(generation: client.Generation, repetition_limit: int,
+              loop: LoopLimit | None = None) -> tuple[str, str] | None:
     """(problem, detail) when an output can't serve as a golden: no answer, empty, degenerate."""
     if generation.error:
         return "error", generation.error
@@ -215,6 +224,9 @@ def _unusable(generation: client.Generation, repetition_limit: int) -> tuple[str
     repeated = degenerate_repetition(tokens, repetition_limit)
     if repeated is not None:
         return "repetition", f"degenerate repetition of {str(repeated)!r}"
+    looped = degenerate_loop(tokens, loop) if loop is not None else None
+    if looped is not None:
+        return "repetition", f"degenerate repetition of {' '.join(map(str, looped))!r}"
     return None
 
 

@@ -72,13 +72,17 @@ class Worker:
         reserve = (_capture_reserve(torch, self.device, server_args.cuda_graph_max_bs)
                    if server_args.fault == "oom-at-capture" else 0)
         started = time.monotonic()
-        self.log.info("Capture target verify CUDA graph begin. This can take up to several minutes. "
-                      "num_tokens_per_bs=%d, avail mem=%.2f GB",
-                      _width(server_args), _avail_gb(torch, self.device))
+        # real 0.5.16 wording (tests/fixtures/sglang-0.5.16/ngram.log); no capture lines without
+        # graphs, as real SGLang under --disable-cuda-graph
+        graphs = _replays_graph(server_args)
+        if graphs:
+            self.log.info("Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=%d, "
+                          "bs=%s, avail mem=%.2f GB", _width(server_args),
+                          list(range(1, server_args.cuda_graph_max_bs + 1)), _avail_gb(torch, self.device))
         self.runner = CudaGraphRunner(server_args, torch, self._forward, self.device, reserve)
-        self.log.info("Capture target verify CUDA graph end. Time elapsed: %.2f s. mem usage=0.00 "
-                      "GB. avail mem=%.2f GB. cuda graph: %s", time.monotonic() - started,
-                      _avail_gb(torch, self.device), self.runner.use_graphs)
+        if graphs:
+            self.log.info("Capture target verify CUDA graph end. elapsed=%.2f s, mem usage=0.00 GB, "
+                          "avail mem=%.2f GB.", time.monotonic() - started, _avail_gb(torch, self.device))
         if rank == 0:
             self.log.info("max_total_num_tokens=4096, chunked_prefill_size=8192, max_prefill_tokens="
                           "16384, max_running_requests=%d, context_len=4096, available_gpu_mem=%.2f GB",
@@ -93,9 +97,10 @@ class Worker:
         table = torch.zeros(model.VOCAB_SIZE, model.VOCAB_SIZE)
         table[rows, (rows * 37 + 11) % model.VOCAB_SIZE] = 1.0  # model.target_next as weights
         self.table = table.to(self.device)
-        self.log.info("Load weight end. type=DemoBigramForCausalLM, dtype=torch.float32, avail mem="
-                      "%.2f GB, mem usage=0.00 GB.", _avail_gb(torch, self.device))
-        self.log.info("KV Cache is allocated. dtype: torch.float32, #tokens: 4096, KV size: 0.00 GB")
+        self.log.info("Load weight end. elapsed=%.2f s, type=DemoBigramForCausalLM, avail mem=%.2f GB, "
+                      "mem usage=0.00 GB.", self.args.load_seconds, _avail_gb(torch, self.device))
+        self.log.info("KV Cache is allocated. dtype: torch.float32, #tokens: 4096, K size: 0.00 GB, "
+                      "V size: 0.00 GB")
         self.log.info("Memory pool end. avail mem=%.2f GB", _avail_gb(torch, self.device))
 
     def _forward(self, input_ids):
@@ -106,7 +111,8 @@ class Worker:
         ids, limit = request["input_ids"], int(request["max_new_tokens"])
         if self.rank == 0:
             self.log.info("Prefill batch, #new-seq: 1, #new-token: %d, #cached-token: 0, token "
-                          "usage: 0.00, #running-req: 0, #queue-req: 0, ", len(ids))
+                          "usage: 0.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: "
+                          "False, input throughput (token/s): 0.00", len(ids))
         prompt = self.torch.tensor(ids[-1:], device=self.device)
         output = [int(self._forward(prompt)[0])]  # prefill: eager, no graph
         steps = 0
@@ -152,9 +158,15 @@ class Worker:
         width = demo_args.tokens_per_request(self.args)
         self.log.info("Decode batch, #running-req: 1, #token: %d, token usage: 0.00, accept len: "
                       "%.2f, accept rate: %.2f, cuda graph: %s, gen throughput (token/s): %.2f, "
-                      "#queue-req: 0, ", running_tokens, accept, (accept - 1) / max(width - 1, 1),
-                      self.runner.use_graphs, stats["tokens"] / elapsed)
+                      "#queue-req: 0", running_tokens, accept, (accept - 1) / max(width - 1, 1),
+                      _replays_graph(self.args), stats["tokens"] / elapsed)
         stats.update(steps=0, tokens=0, started=time.monotonic())
+
+
+def _replays_graph(server_args) -> bool:
+    """Decode steps replay the captured verify graph: a real CUDA graph on a GPU, its static
+    buffers on the CPU (the imitation's graph), none under --disable-cuda-graph."""
+    return not server_args.disable_cuda_graph
 
 
 def _pick_device(torch, wanted: str):

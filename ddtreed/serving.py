@@ -1,0 +1,422 @@
+"""Watching a service that passed verification: health probes, decode lines, hang evidence.
+
+The stage's public API:
+
+- `parse_decode_line(line)` reads SGLang's periodic `Decode batch, …` line (real 0.5.16 format:
+  `Decode batch, #running-req: 1, #token: 258, token usage: 0.00, accept len: 4.97, accept rate:
+  0.36, cuda graph: True, gen throughput (token/s): 1860.69, #queue-req: 0`; without speculative
+  decoding there is no `accept len`/`accept rate`).
+- `ServingWatch(settings, prober, clock)`: fed log chunks (`feed`) and ticked (`tick`), it returns
+  `ServingEvent`s: `unhealthy` after `failures` consecutive failed health probes (a hung but
+  alive server: real 0.5.16 after a killed detokenizer stays up 65 s without answering),
+  `eager-fallback` when a service that captured CUDA graphs logs `cuda graph: False` on
+  `eager_lines` decode lines in a row (the silent width-mismatch fallback of 0.5.16+), and
+  `acceptance-collapse` when the decode lines' accept length stays below a share of the
+  baseline for `collapse_lines` lines. `event.crash()` is the Crash the rules diagnose.
+- `hang_evidence(pid, …)`: Python stacks of the scheduler processes (py-spy, with fallbacks) and
+  GPU state (NVML), captured before a hung service is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import structlog
+
+from .records import Crash, LogChunk
+
+log = structlog.get_logger(__name__)
+
+_DECODE = re.compile(r"Decode batch, (?P<body>.*)")
+_FIELD = re.compile(r"(?P<key>#?[a-z][a-z \-]*(?: \(token/s\))?): (?P<value>[^,]+)")
+_RANK = re.compile(r"^\[[^\]]*?((?: (?:DP|PP|TP|EP)\d+)+)\]")
+
+
+@dataclass(frozen=True)
+class DecodeStats:
+    """One `Decode batch` line. Fields SGLang did not print are None."""
+
+    running_req: int | None
+    tokens: int | None
+    token_usage: float | None
+    accept_length: float | None
+    accept_rate: float | None
+    cuda_graph: bool | None
+    gen_throughput: float | None
+    queue_req: int | None
+    rank: str | None = None  # "TP1", "DP0 TP3"; None on a single GPU
+
+
+def parse_decode_line(line: str) -> DecodeStats | None:
+    """The decode statistics in one log line, or None when it is no decode line."""
+    match = _DECODE.search(line)
+    if match is None:
+        return None
+    values: dict[str, str] = {}
+    for item in _FIELD.finditer(match.group("body")):
+        values[item.group("key").strip()] = item.group("value").strip()
+    rank = _RANK.match(line)
+    graph = values.get("cuda graph")
+    return DecodeStats(
+        running_req=_int(values.get("#running-req")), tokens=_int(values.get("#token")),
+        token_usage=_float(values.get("token usage")), accept_length=_float(values.get("accept len")),
+        accept_rate=_float(values.get("accept rate")),
+        cuda_graph=None if graph is None else graph == "True",
+        gen_throughput=_float(values.get("gen throughput (token/s)")),
+        queue_req=_int(values.get("#queue-req")),
+        rank=rank.group(1).strip() if rank else None)
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+# ---- the watch ----------------------------------------------------------------------------------
+
+UNHEALTHY = "unhealthy"
+EAGER_FALLBACK = "eager-fallback"
+ACCEPTANCE_COLLAPSE = "acceptance-collapse"
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """How closely a serving service is watched (config: `[probe] serving_*`)."""
+
+    interval_s: float = 10.0  # one health probe this often (0: no serving probes)
+    timeout_s: float = 5.0  # per probe; /health_generate of real 0.5.16 answers in ~1 s
+    failures: int = 3  # consecutive failed probes make an incident
+    eager_lines: int = 5  # consecutive `cuda graph: False` decode lines after a capture
+    collapse_lines: int = 5  # consecutive decode lines below collapse_fraction of the baseline
+    collapse_fraction: float = 0.5
+
+
+def settings_from(probe) -> ServingSettings:
+    """The watch's settings from the config's [probe] section (`serving_*`, `eager_fallback_lines`)."""
+    return ServingSettings(interval_s=probe.serving_interval_s, timeout_s=probe.serving_timeout_s,
+                           failures=max(1, probe.serving_failures),
+                           eager_lines=max(1, probe.eager_fallback_lines),
+                           collapse_fraction=probe.accept_baseline_fraction)
+
+
+@dataclass(frozen=True)
+class ServingEvent:
+    kind: str  # UNHEALTHY | EAGER_FALLBACK | ACCEPTANCE_COLLAPSE
+    detail: str
+    at: float  # time.time() of detection
+    evidence: tuple[str, ...] = ()  # probe results or the decode lines themselves
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def crash(self) -> Crash:
+        """The event as a Crash of kind "serving"; rules/serving.toml diagnoses it."""
+        return Crash(kind="serving", exception=None, message=f"serving: {self.kind}: {self.detail}",
+                     source="serving-watch", detected_at=self.at, excerpt=self.evidence,
+                     context=tuple(f"{key}={value}" for key, value in sorted(self.data.items())))
+
+
+class ServingWatch:
+    """Watches one verified launch; make a new one after every (re)start.
+
+    `captured_graphs`: the startup log showed a CUDA graph captured to its end (the milestone
+    tracker's `captured_graphs`), so `cuda graph: False` on decode means a fallback, not a
+    configuration without graphs. `baseline`: the learned accept length, if any.
+    """
+
+    def __init__(self, settings: ServingSettings, prober, *, captured_graphs: bool,
+                 baseline: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time,
+                 on_ok: Callable[[], None] | None = None):
+        self.settings, self.prober = settings, prober
+        self._on_ok = on_ok  # a passed probe keeps "last healthy" fresh (status board, /metrics)
+        self.captured_graphs, self.baseline = captured_graphs, baseline
+        self._clock, self._wall = clock, wall
+        self._next_probe = clock() + settings.interval_s
+        self._failed: list[str] = []
+        self._eager: list[str] = []
+        self._graph_lines = 0
+        self._low: list[str] = []
+        self._reported: set[str] = set()
+        self.last_decode: DecodeStats | None = None
+        self.decode_accept: float | None = None  # the latest decode line's accept length
+
+    def feed(self, chunk: LogChunk) -> list[ServingEvent]:
+        text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
+        if "Decode batch" not in text:
+            return []
+        events = []
+        for line in chunk.lines:
+            stats = parse_decode_line(line)
+            if stats is not None:
+                events += self._decode(stats, line)
+        return events
+
+    def _decode(self, stats: DecodeStats, line: str) -> list[ServingEvent]:
+        self.last_decode = stats
+        events = []
+        if stats.accept_length is not None:
+            self.decode_accept = stats.accept_length
+        if stats.cuda_graph is True:
+            self._graph_lines += 1
+            self._eager.clear()
+        elif stats.cuda_graph is False and self.captured_graphs:
+            self._eager.append(line)
+            if len(self._eager) >= self.settings.eager_lines and EAGER_FALLBACK not in self._reported:
+                self._reported.add(EAGER_FALLBACK)
+                events.append(ServingEvent(
+                    EAGER_FALLBACK, f"decode ran without its CUDA graph on {len(self._eager)} decode "
+                    "lines in a row (cuda graph: False) although graphs were captured at startup",
+                    self._wall(), tuple(self._eager[-self.settings.eager_lines:]),
+                    {"eager_lines": len(self._eager), "graph_lines_before": self._graph_lines}))
+        if self.baseline and stats.accept_length is not None:
+            if stats.accept_length < self.baseline * self.settings.collapse_fraction:
+                self._low.append(line)
+                if len(self._low) >= self.settings.collapse_lines and \
+                        ACCEPTANCE_COLLAPSE not in self._reported:
+                    self._reported.add(ACCEPTANCE_COLLAPSE)
+                    events.append(ServingEvent(
+                        ACCEPTANCE_COLLAPSE, f"decode accept length {stats.accept_length:.2f} below "
+                        f"{self.settings.collapse_fraction:.0%} of the baseline {self.baseline:.2f} on "
+                        f"{len(self._low)} decode lines in a row", self._wall(),
+                        tuple(self._low[-self.settings.collapse_lines:]),
+                        {"accept_length": stats.accept_length, "baseline": self.baseline}))
+            else:
+                self._low.clear()
+        return events
+
+    def tick(self) -> list[ServingEvent]:
+        """A health probe when one is due; an event once `failures` failed in a row."""
+        settings = self.settings
+        if settings.interval_s <= 0 or self._clock() < self._next_probe:
+            return []
+        result = self.prober.health(self._clock() + settings.timeout_s)
+        self._next_probe = self._clock() + settings.interval_s
+        if result.ok:
+            self._failed.clear()
+            if self._on_ok is not None:
+                self._on_ok()
+            return []
+        self._failed.append(f"{result.detail} after {result.elapsed_s:.1f}s")
+        log.warning("serving.probe_failed", detail=result.detail, consecutive=len(self._failed),
+                    threshold=settings.failures)
+        if len(self._failed) < settings.failures or UNHEALTHY in self._reported:
+            return []
+        self._reported.add(UNHEALTHY)
+        return [ServingEvent(UNHEALTHY, f"{len(self._failed)} health probes failed in a row while "
+                             f"serving (every {settings.interval_s:g}s, {settings.timeout_s:g}s each)",
+                             self._wall(), tuple(self._failed), {"failures": len(self._failed)})]
+
+
+# ---- hang evidence ------------------------------------------------------------------------------
+
+SCHEDULER_TITLES = ("sglang::scheduler", "sglang::detokenizer", "sglang::data_parallel_controller")
+
+
+def service_processes(pid: int) -> list[dict[str, Any]]:
+    """The service's main process and its descendants: pid, name, status, GPU-relevant facts."""
+    import psutil
+
+    try:
+        main = psutil.Process(pid)
+        procs = [main, *main.children(recursive=True)]
+    except psutil.Error:
+        return []
+    rows = []
+    for proc in procs:
+        try:
+            rows.append({"pid": proc.pid, "name": proc.name(), "cmdline": " ".join(proc.cmdline())[:200],
+                         "status": proc.status(), "wchan": _read(f"/proc/{proc.pid}/wchan")})
+        except psutil.Error:
+            continue
+    return rows
+
+
+def python_stacks(pid: int, *, timeout_s: float = 20.0,
+                  run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict[str, Any]:
+    """Stacks of the scheduler processes under `pid`: py-spy dump, then `--native`, then the
+    launcher itself; what each attempt said is kept, so a failure is evidence too."""
+    procs = service_processes(pid)
+    # a process name (comm) is cut at 15 characters: `sglang::schedul`
+    targets = [row["pid"] for row in procs if row["name"].startswith(tuple(t[:15] for t in SCHEDULER_TITLES))
+               or row["cmdline"].startswith(SCHEDULER_TITLES)]
+    py_spy = shutil.which("py-spy")
+    attempts: list[dict[str, Any]] = []
+    stacks: dict[str, str] = {}
+    if py_spy is None:
+        attempts.append({"tool": "py-spy", "error": "py-spy not on PATH"})
+    else:
+        deadline = time.monotonic() + timeout_s
+        for target in targets:
+            _dump(py_spy, target, deadline, run, attempts, stacks)
+        if not stacks:  # the launcher is a Python process too: its stack names where it waits
+            _dump(py_spy, pid, deadline, run, attempts, stacks)
+    return {"processes": procs, "schedulers": targets, "stacks": stacks, "attempts": attempts}
+
+
+def _dump(py_spy: str, target: int, deadline: float, run, attempts: list, stacks: dict) -> None:
+    for extra in ((), ("--native",), ("--nonblocking",)):
+        left = deadline - time.monotonic()
+        if left <= 1:
+            return
+        argv = [py_spy, "dump", "--pid", str(target), *extra]
+        try:
+            done = run(argv, capture_output=True, text=True, timeout=min(left, 10.0))
+            ok, out, err = done.returncode == 0, done.stdout, done.stderr
+        except (OSError, subprocess.TimeoutExpired) as error:
+            ok, out, err = False, "", f"{type(error).__name__}: {error}"
+        attempts.append({"pid": target, "argv": " ".join(argv[1:]), "ok": ok,
+                         "error": "" if ok else (err or out).strip()[-300:]})
+        if ok and out.strip():
+            stacks[str(target)] = out[-8000:]
+            return
+
+
+def faulthandler_dump(pids: list[int]) -> list[int]:
+    """SIGABRT the given processes: with PYTHONFAULTHANDLER=1 in their environment (the
+    Supervisor sets it) Python writes every thread's stack to the service log before dying.
+    Only for a hung service that is about to be stopped anyway. Returns the pids signalled."""
+    signalled = []
+    for target in pids:
+        try:
+            os.kill(target, signal.SIGABRT)
+            signalled.append(target)
+        except OSError:
+            continue
+    return signalled
+
+
+def gpu_state() -> list[dict[str, Any]]:
+    """Per GPU: memory used/total and the processes holding it (NVML); [] without NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []
+    rows = []
+    try:
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            holders = []
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                used = getattr(proc, "usedGpuMemory", None)
+                holders.append({"pid": proc.pid, "used_mib": None if used is None else used // 2**20,
+                                "name": _read(f"/proc/{proc.pid}/comm")})
+            try:
+                util = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
+            except pynvml.NVMLError:
+                util = None
+            rows.append({"index": index, "used_mib": memory.used // 2**20,
+                         "total_mib": memory.total // 2**20, "utilization_pct": util,
+                         "processes": holders})
+    except pynvml.NVMLError as error:
+        rows.append({"error": str(error)})
+    finally:
+        pynvml.nvmlShutdown()
+    return rows
+
+
+def hang_evidence(pid: int, *, timeout_s: float = 20.0) -> dict[str, Any]:
+    """Everything worth keeping about a hung service, captured before it is stopped."""
+    started = time.monotonic()
+    evidence = python_stacks(pid, timeout_s=timeout_s)
+    evidence["gpu"] = gpu_state()
+    if not evidence["stacks"] and evidence["schedulers"]:
+        evidence["faulthandler_signalled"] = faulthandler_dump(evidence["schedulers"])
+    evidence["elapsed_s"] = round(time.monotonic() - started, 3)
+    log.info("serving.hang_evidence", stacks=len(evidence["stacks"]),
+             schedulers=evidence["schedulers"], attempts=len(evidence["attempts"]),
+             elapsed_s=evidence["elapsed_s"])
+    return evidence
+
+
+def port_owner_in_tree(pid: int, port: int) -> bool | None:
+    """Does a process of this service tree listen on `port`? None when that cannot be known
+    (no permission to read sockets). A ready line or a 200 from a port another process holds
+    is not this launch's readiness (real 0.5.16 prints `ready` after failing to bind)."""
+    import psutil
+
+    try:
+        main = psutil.Process(pid)
+        tree = {main.pid, *(child.pid for child in main.children(recursive=True))}
+    except psutil.Error:
+        return False
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, PermissionError):
+        return None
+    return any(conn.pid in tree and conn.status == psutil.CONN_LISTEN and conn.laddr
+               and conn.laddr.port == port for conn in connections)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+# ---- one crash is one crash ---------------------------------------------------------------------
+
+_ECHO_MARKERS = ("SIGQUIT received", "Received sigquit from a child process")
+
+
+def is_echo(crash: Crash) -> bool:
+    """SGLang's launcher answering a child's death (`SIGQUIT received… It usually means one child
+    failed.`): a consequence of the failure already reported, not a second death."""
+    return crash.kind in ("child-death", "killed") and crash.exception is None and \
+        any(marker in crash.message for marker in _ECHO_MARKERS)
+
+
+def without_echoes(crashes: tuple[Crash, ...], already: tuple[Crash, ...] = ()) -> tuple[Crash, ...]:
+    """`crashes` minus SGLang's SIGQUIT echoes, when a real failure is among them or `already`
+    known for this incident. An echo alone stays (it is then the only evidence of a failure)."""
+    real = [crash for crash in (*already, *crashes) if not is_echo(crash)]
+    if not real:
+        return crashes
+    return tuple(crash for crash in crashes if not is_echo(crash))
+
+
+EVIDENCE_PREFIX = "hang evidence: "
+
+
+def evidence_of(crash: Crash) -> tuple[str, dict[str, Any]] | None:
+    """(one-line summary, evidence) of a crash the watch captured hang evidence for, else None."""
+    import json
+
+    for line in crash.context:
+        if line.startswith(EVIDENCE_PREFIX):
+            try:
+                evidence = json.loads(line[len(EVIDENCE_PREFIX):])
+            except ValueError:
+                evidence = {"raw": line[len(EVIDENCE_PREFIX):][:4000]}
+            stacks = evidence.get("stacks") or {}
+            gpus = evidence.get("gpu") or []
+            held = sum(p.get("used_mib") or 0 for g in gpus for p in g.get("processes", []))
+            tried = len(evidence.get("attempts") or [])
+            summary = (f"stacks of {len(stacks)} of {len(evidence.get('schedulers') or [])} scheduler "
+                       f"process(es) ({tried} py-spy attempt(s)"
+                       + (", faulthandler dump requested" if evidence.get("faulthandler_signalled") else "")
+                       + f"); GPU: {held} MiB held by the service's processes" if gpus else
+                       f"stacks of {len(stacks)} process(es) ({tried} py-spy attempt(s)); no NVML")
+            return summary, evidence
+    return None

@@ -1,0 +1,593 @@
+#!/usr/bin/env python3
+"""The real-SGLang tier's scenarios: the real `ddtreed run` supervising real `sglang.launch_server`.
+
+Runs on a GPU machine where `scripts/gpu-real-sglang.sh` has unpacked the SGLang bundle into
+SITE and made the tiny model. Each scenario writes a ddtreed config, starts `python3 -m ddtreed
+run --config …` as a user would, acts on the service (requests, kills, a GPU hog, a taken port,
+a width mismatch injected into the installed sglang files), waits on ddtreed's own status file,
+stops ddtreed with SIGTERM and reads the incidents back with `ddtreed incidents --json`.
+
+usage: real_sglang_scenarios.py OUT_DIR SCENARIO...   (see SCENARIOS; `all` runs every one)
+Prints one JSON line per scenario and writes OUT_DIR/results.json.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+SITE = os.environ.get("REAL_SGLANG_SITE", "/tmp/site")
+MODEL = os.environ.get("REAL_SGLANG_MODEL", "/tmp/model")
+DRAFT = os.environ.get("REAL_SGLANG_DRAFT", "/tmp/dflash_draft")
+WORK = Path(os.environ.get("REAL_SGLANG_WORK", "/tmp/rs"))
+PYTHON = sys.executable
+SERVICE_ENV = {
+    "PYTHONPATH": SITE, "PATH": f"{SITE}/bin:" + os.environ.get("PATH", "/usr/bin:/bin"),
+    "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+    "TVM_FFI_CACHE_DIR": "/tmp/jitcache", "TRITON_CACHE_DIR": "/tmp/tritoncache",
+    "FLASHINFER_WORKSPACE_BASE": "/tmp/fi", "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+}
+RUNNER = "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
+WIDTH_LINE = ("        self.captured_req_width = model_runner.decode_num_tokens_per_req(\n"
+              "            num_draft_tokens=self.speculative_num_draft_tokens\n"
+              "        )\n")
+T0 = time.monotonic()
+
+
+def now() -> float:
+    return round(time.monotonic() - T0, 3)
+
+
+def say(*parts) -> None:
+    print(f"[{now():8.1f}s]", *parts, flush=True)
+
+
+# ---- the daemon as a user runs it ----------------------------------------------------------------
+
+class Ddtreed:
+    def __init__(self, name: str, port: int, flags: list[str], *, preflight: bool = True,
+                 probe: dict | None = None, canary: dict | None = None, policy: dict | None = None):
+        self.name, self.port = name, port
+        self.dir = WORK / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.state = self.dir / "state"
+        argv = [PYTHON, "-m", "sglang.launch_server", "--model-path", MODEL, "--host", "127.0.0.1",
+                "--port", str(port), "--attention-backend", "triton", "--sampling-backend", "pytorch",
+                "--enable-metrics", *flags]
+        config = {
+            "service": {"argv": argv, "python": PYTHON, "env": SERVICE_ENV, "host": "127.0.0.1",
+                        "port": port, "site_packages": SITE},
+            "paths": {"log_dir": str(self.dir / "logs"), "state_dir": str(self.state)},
+            "policy": {"stop_grace_s": 30.0, "backoff_initial_s": 1.0, "backoff_max_s": 5.0,
+                       "max_restarts": 6, "restart_window_s": 1800.0, **(policy or {})},
+            "probe": {"startup_timeout_s": 420.0, "health_timeout_s": 30.0,
+                      "generate_timeout_s": 60.0, "verify_window_s": 10.0, "serving_interval_s": 2.0,
+                      "serving_timeout_s": 5.0, "serving_failures": 2, **(probe or {})},
+            "preflight": {"enabled": preflight},
+            "canary": {"enabled": True, "max_new_tokens": 32, "timeout_s": 90.0, **(canary or {})},
+        }
+        self.config = self.dir / "ddtreed.toml"
+        self.config.write_text(_toml(config))
+        self.proc: subprocess.Popen | None = None
+        self.log = self.dir / "ddtreed.log"
+
+    def start(self) -> None:
+        env = {**os.environ}
+        self.started = now()
+        self.proc = subprocess.Popen([PYTHON, "-m", "ddtreed", "run", "--config", str(self.config),
+                                      "--log-format", "console"], stdout=open(self.log, "wb"),
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        say(self.name, "ddtreed run started, pid", self.proc.pid)
+
+    def status(self) -> dict:
+        try:
+            return json.loads((self.state / "daemon-state.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait(self, predicate, timeout: float, what: str) -> float | None:
+        """Seconds until predicate(status) held, or None at the timeout (or ddtreed's exit)."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            status = self.status()
+            if predicate(status):
+                return round(time.monotonic() - started, 3)
+            if self.proc is not None and self.proc.poll() is not None:
+                say(self.name, f"ddtreed exited rc {self.proc.returncode} while waiting for {what}")
+                return None
+            time.sleep(0.05)
+        say(self.name, f"timeout after {timeout:.0f}s waiting for {what}; state",
+            self.status().get("state"), self.status().get("status_text"))
+        return None
+
+    def running(self, timeout: float = 420.0, after_start: float | None = None) -> float | None:
+        """Until ddtreed says `running` (verified healthy) for a service started after `after_start`."""
+        def ok(status):
+            return status.get("state") == "running" and (
+                after_start is None or (status.get("service_started_at") or 0) > after_start)
+        return self.wait(ok, timeout, "running")
+
+    def incidents(self) -> list[dict]:
+        done = subprocess.run([PYTHON, "-m", "ddtreed", "incidents", "--config", str(self.config),
+                               "--json"], capture_output=True, text=True, timeout=60)
+        try:
+            listed = json.loads(done.stdout)
+        except ValueError:
+            return [{"error": (done.stdout + done.stderr)[-500:]}]
+        rows = listed if isinstance(listed, list) else listed.get("incidents", [])
+        full = []
+        for row in rows:
+            shown = subprocess.run([PYTHON, "-m", "ddtreed", "incidents", "show", str(row["id"]),
+                                    "--config", str(self.config), "--json"], capture_output=True,
+                                   text=True, timeout=60)
+            try:
+                full.append(json.loads(shown.stdout))
+            except ValueError:
+                full.append(row)
+        return full
+
+    def count(self) -> int:
+        rows = self.incidents()
+        return len([r for r in rows if "error" not in r])
+
+    def sigterm(self, timeout: float = 120.0) -> dict:
+        if self.proc is None or self.proc.poll() is not None:
+            return {"rc": None if self.proc is None else self.proc.returncode, "already_exited": True}
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        return {"rc": rc, "stop_s": round(time.monotonic() - started, 3)}
+
+    def service_log(self) -> str:
+        parts = []
+        for name in ("service.stdout.log", "service.stderr.log"):
+            for path in sorted((self.dir / "logs").glob(name + "*")):
+                parts.append(path.read_text(errors="replace"))
+        return "\n".join(parts)
+
+
+def _toml(config: dict) -> str:
+    lines = []
+    for section, values in config.items():
+        simple = {k: v for k, v in values.items() if not isinstance(v, dict)}
+        tables = {k: v for k, v in values.items() if isinstance(v, dict)}
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in simple.items()]
+        for key, table in tables.items():
+            lines.append(f"[{section}.{key}]")
+            lines += [f"{json.dumps(k)} = {json.dumps(v)}" for k, v in table.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+
+def post(port: int, payload: dict, timeout: float = 60.0) -> tuple[int | None, str]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/generate", data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+    except OSError as error:
+        return None, f"{type(error).__name__}: {error}"
+
+
+def get(port: int, path: str, timeout: float = 10.0) -> tuple[int | None, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as answer:
+            return answer.status, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+    except OSError as error:
+        return None, f"{type(error).__name__}: {error}"
+
+
+def children(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def child_named(pid: int, prefix: str):
+    for child in children(pid):
+        try:
+            if child.name().startswith(prefix[:15]) or prefix in " ".join(child.cmdline()):
+                return child
+        except Exception:
+            continue
+    return None
+
+
+def gpu_processes() -> list[dict]:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        rows = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                rows.append({"gpu": index, "pid": proc.pid,
+                             "used_mib": (proc.usedGpuMemory or 0) // 2**20})
+        pynvml.nvmlShutdown()
+        return rows
+    except Exception as error:  # noqa: BLE001 - evidence, not control flow
+        return [{"error": str(error)}]
+
+
+def wait_gpu_free(timeout: float = 30.0) -> tuple[float | None, list]:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        rows = [r for r in gpu_processes() if "pid" in r]
+        if not rows:
+            return round(time.monotonic() - started, 3), []
+        time.sleep(0.2)
+    return None, gpu_processes()
+
+
+def leftovers() -> list[dict]:
+    """sglang processes still alive (by command line), killed by pid so the next scenario is clean."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or [])
+            if proc.pid != os.getpid() and ("sglang.launch_server" in cmd or (proc.info["name"] or "").startswith("sglang::")):
+                found.append({"pid": proc.pid, "name": proc.info["name"], "cmd": cmd[:120]})
+                proc.kill()
+        except psutil.Error:
+            continue
+    return found
+
+
+def log_facts(text: str) -> dict:
+    return {
+        "draining": "Draining requests and shutting down" in text,
+        "gracefully_exiting": "Gracefully exiting" in text,
+        "scheduler_killed_by_sigterm": "crashed with exit code -15" in text,
+        "cuda_graph_false_decode_lines": len(re.findall(r"Decode batch.*cuda graph: False", text)),
+        "cuda_graph_true_decode_lines": len(re.findall(r"Decode batch.*cuda graph: True", text)),
+        "ready_lines": text.count("The server is fired up and ready to roll!"),
+        "bind_errors": text.count("error while attempting to bind"),
+        "sigquit_lines": text.count("SIGQUIT received"),
+    }
+
+
+def _epoch(value) -> float | None:
+    from datetime import datetime
+
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def summary(incidents: list[dict]) -> list[dict]:
+    rows = []
+    for incident in incidents:
+        steps = incident.get("steps") or []
+        rows.append({
+            "id": incident.get("id"), "status": incident.get("status"), "source": incident.get("source"),
+            "category": incident.get("category"), "rule": incident.get("rule_id"),
+            "service": incident.get("service"), "remediation": incident.get("remediation_id"),
+            "outcome": incident.get("outcome"), "message": (incident.get("message") or "")[:200],
+            "steps": [(s.get("step"), (s.get("detail") or "")[:160]) for s in steps],
+            "diagnosis": (incident.get("diagnosis") or "")[:300],
+        })
+    return rows
+
+
+def step_times(incident: dict) -> dict:
+    """Seconds from the incident's start (its detection) to the first of each step."""
+    started = _epoch(incident.get("started_at"))
+    times = {}
+    for step in incident.get("steps") or []:
+        name, at = step.get("step"), _epoch(step.get("at"))
+        if at is not None and started is not None and name not in times:
+            times[name] = round(at - started, 3)
+    return times
+
+
+# ---- width injection into the installed sglang (a fork's wheel with its RECORD) -----------------
+
+def record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def inject_width(offset: int) -> dict:
+    """Capture the target verify graph `offset` tokens wider/narrower than the verify batches use,
+    on the line where 0.5.16 computes the captured width; RECORD updated to the edited file, as a
+    fork's wheel would list it. +1: capture fails; -1: decode silently runs eagerly."""
+    path = Path(SITE) / RUNNER
+    text = path.read_text()
+    original = path.with_suffix(".py.real-sglang-orig")
+    if not original.exists():
+        original.write_text(text)
+    text = original.read_text()
+    assert WIDTH_LINE in text, "0.5.16's captured-width line not found"
+    edited = text.replace(WIDTH_LINE, WIDTH_LINE.rstrip("\n") + f" {'+' if offset > 0 else '-'} {abs(offset)}"
+                          "  # injected: a fork's captured width\n", 1)
+    path.write_text(edited)
+    _set_record(RUNNER, edited.encode())
+    return {"file": str(path), "offset": offset, "record": record_hash(edited.encode())}
+
+
+def restore_width() -> None:
+    path = Path(SITE) / RUNNER
+    original = path.with_suffix(".py.real-sglang-orig")
+    if original.exists():
+        path.write_text(original.read_text())
+        _set_record(RUNNER, original.read_bytes())
+        original.unlink()
+
+
+def _set_record(relative: str, data: bytes) -> None:
+    record = next(Path(SITE).glob("sglang-*.dist-info/RECORD"))
+    lines = record.read_text().splitlines()
+    for index, line in enumerate(lines):
+        if line.split(",", 1)[0] == relative:
+            lines[index] = f"{relative},{record_hash(data)},{len(data)}"
+    record.write_text("\n".join(lines) + "\n")
+
+
+def runner_state() -> dict:
+    text = (Path(SITE) / RUNNER).read_text()
+    return {"injected": "# injected" in text, "ddtreed_marker": "ddtreed:" in text}
+
+
+# ---- scenarios -----------------------------------------------------------------------------------
+
+NGRAM = ["--speculative-algorithm", "NGRAM"]
+DFLASH = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", DRAFT]
+
+
+def bad_requests(port: int) -> dict:
+    overflow = post(port, {"text": "word " * 20000, "sampling_params": {"max_new_tokens": 4}})
+    negative = post(port, {"text": "x", "sampling_params": {"temperature": -3}})
+    return {"context_overflow": overflow[0], "context_overflow_body": overflow[1][:200],
+            "bad_temperature": negative[0], "bad_temperature_body": negative[1][:200]}
+
+
+def py_spy_probe(pid: int) -> list[dict]:
+    """Which py-spy invocation works on this machine (the README saw one fail)."""
+    attempts = []
+    scheduler = child_named(pid, "sglang::scheduler")
+    for target in ([scheduler.pid] if scheduler else []) + [pid]:
+        for extra in ([], ["--native"], ["--nonblocking"]):
+            try:
+                done = subprocess.run([f"{SITE}/bin/py-spy", "dump", "--pid", str(target), *extra],
+                                      capture_output=True, text=True, timeout=10)
+                attempts.append({"pid": target, "scheduler": bool(scheduler and target == scheduler.pid),
+                                 "args": extra, "rc": done.returncode,
+                                 "out": (done.stdout or done.stderr)[-400:]})
+                if done.returncode == 0:
+                    break
+            except (OSError, subprocess.TimeoutExpired) as error:
+                attempts.append({"pid": target, "args": extra, "error": str(error)})
+    return attempts
+
+
+def scenario_ngram(result: dict) -> Ddtreed:
+    """Healthy NGRAM; 400s; scheduler -9; detokenizer -9; SIGTERM drains."""
+    d = Ddtreed("ngram", 30010, NGRAM)
+    d.start()
+    result["ready_s"] = d.running()
+    status = d.status()
+    result["healthy_status"] = {k: status.get(k) for k in ("state", "status_text", "last_accept_length",
+                                                           "canary", "restarts")}
+    result["requests"] = bad_requests(d.port)
+    time.sleep(2)
+    result["after_bad_requests"] = {"state": d.status().get("state"), "incidents": d.count()}
+    result["py_spy"] = py_spy_probe(d.status().get("service_pid") or 0)
+    for child in ("scheduler", "detokenizer"):
+        pid = d.status().get("service_pid")
+        target = child_named(pid, f"sglang::{child}")
+        before, killed_at = d.count(), time.time()
+        if target is None:
+            result[f"kill_{child}"] = {"error": f"no sglang::{child} under pid {pid}"}
+            continue
+        target.send_signal(signal.SIGKILL)
+        mark = time.monotonic()
+        detect = d.wait(lambda s: s.get("current_incident_id") or s.get("state") in
+                        ("diagnosing", "remediating", "restarting", "starting", "backoff"), 120,
+                        f"{child} death noticed")
+        healthy = d.running(300, after_start=killed_at) if detect is not None else None
+        result[f"kill_{child}"] = {"pid": target.pid, "noticed_s": detect, "healthy_again_s":
+                                   None if healthy is None else round(time.monotonic() - mark, 3),
+                                   "incidents_added": d.count() - before}
+    return d
+
+
+def scenario_dflash(result: dict) -> Ddtreed:
+    d = Ddtreed("dflash", 30011, DFLASH)
+    d.start()
+    result["ready_s"] = d.running()
+    status = d.status()
+    result["healthy_status"] = {k: status.get(k) for k in ("state", "status_text", "last_accept_length",
+                                                           "canary")}
+    result["requests"] = bad_requests(d.port)
+    time.sleep(2)
+    result["after_bad_requests"] = {"state": d.status().get("state"), "incidents": d.count()}
+    return d
+
+
+def scenario_kvpool(result: dict) -> Ddtreed:
+    d = Ddtreed("kvpool", 30012, ["--mem-fraction-static", "1e-05"], policy={"max_restarts": 3})
+    d.start()
+    result["ready_s"] = d.running(360)
+    return d
+
+
+def scenario_hog(result: dict) -> Ddtreed:
+    """Another process holds all but ~3 GiB of the GPU (real 0.5.16 then dies in graph buffers)."""
+    hog = subprocess.Popen([PYTHON, "-c", (
+        "import torch, time, sys\n"
+        "free, total = torch.cuda.mem_get_info()\n"
+        "x = torch.empty(int(free - 3 * 2**30), dtype=torch.uint8, device='cuda')\n"
+        "print('hog holds', x.numel() // 2**20, 'MiB', flush=True)\n"
+        "time.sleep(3600)\n")], stdout=subprocess.PIPE, text=True)
+    result["hog"] = {"pid": hog.pid, "line": hog.stdout.readline().strip()}
+    try:
+        d = Ddtreed("hog", 30013, [], policy={"max_restarts": 2})
+        d.start()
+        d.wait(lambda s: s.get("state") in ("blocked", "escalated", "running") or
+               (s.get("restarts") or 0) >= 1, 240, "a verdict on the hog")
+        time.sleep(3)
+        result["final_status"] = {k: d.status().get(k) for k in ("state", "status_text", "restarts")}
+        result["stop"] = d.sigterm()
+    finally:
+        hog.kill()
+        hog.wait()
+    return d
+
+
+def scenario_portinuse(result: dict, preflight: bool = True) -> Ddtreed:
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    port = 30014 if preflight else 30015
+    holder.bind(("127.0.0.1", port))
+    holder.listen(16)
+    # something that answers HTTP 200 on the port, like another server would
+    server = subprocess.Popen([PYTHON, "-c", (
+        "import socket, sys\n"
+        "from http.server import HTTPServer, BaseHTTPRequestHandler\n"
+        "class H(BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200); self.send_header('Content-Length','0'); self.end_headers()\n"
+        "    do_POST = do_GET\n"
+        "    def log_message(self, *a): pass\n"
+        "s = HTTPServer(('127.0.0.1', 0), H, bind_and_activate=False)\n"
+        f"s.socket = socket.fromfd({holder.fileno()}, socket.AF_INET, socket.SOCK_STREAM)\n"
+        "s.serve_forever()\n")], pass_fds=(holder.fileno(),))
+    holder.close()
+    try:
+        d = Ddtreed("portinuse" if preflight else "portinuse-nopreflight", port, [], preflight=preflight,
+                    policy={"max_restarts": 2})
+        d.start()
+        d.wait(lambda s: s.get("state") in ("blocked", "running", "escalated") or s.get("current_incident_id")
+               or (s.get("restarts") or 0) >= 1, 240 if not preflight else 60, "a verdict on the port")
+        time.sleep(2)
+        result["final_status"] = {k: d.status().get(k) for k in ("state", "status_text", "restarts")}
+        result["stop"] = d.sigterm()
+    finally:
+        server.kill()
+        server.wait()
+    return d
+
+
+def scenario_width(result: dict, offset: int) -> Ddtreed:
+    result["injected"] = inject_width(offset)
+    d = Ddtreed("width-capture" if offset > 0 else "width-silent", 30016 if offset > 0 else 30017, NGRAM,
+                policy={"max_restarts": 3})
+    d.start()
+    d.wait(lambda s: s.get("state") == "running" and s.get("service_started_at"), 420, "running")
+    if offset < 0:  # the silent face: serve, and let the decode lines speak
+        for _ in range(6):
+            post(d.port, {"text": "one two three four five six seven eight nine ten " * 6,
+                          "sampling_params": {"max_new_tokens": 256, "temperature": 0, "ignore_eos": True}})
+        d.wait(lambda s: s.get("current_incident_id") or s.get("state") != "running", 60,
+               "the eager fallback noticed")
+        d.running(360, after_start=time.time() - 1)
+    result["final_status"] = {k: d.status().get(k) for k in ("state", "status_text", "restarts")}
+    result["runner_after"] = runner_state()
+    if d.status().get("state") == "running":
+        for _ in range(3):
+            post(d.port, {"text": "one two three four five six seven eight nine ten " * 6,
+                          "sampling_params": {"max_new_tokens": 256, "temperature": 0, "ignore_eos": True}})
+        time.sleep(1)
+        metrics = get(d.port, "/metrics")[1]
+        result["graph_metrics"] = [line for line in metrics.splitlines()
+                                   if line.startswith("sglang:cuda_graph_passes_total")
+                                   or line.startswith("sglang:is_cuda_graph")][:8]
+    return d
+
+
+SCENARIOS = {
+    "ngram": scenario_ngram,
+    "dflash": scenario_dflash,
+    "kvpool": scenario_kvpool,
+    "hog": scenario_hog,
+    "portinuse": scenario_portinuse,
+    "portinuse-nopreflight": lambda r: scenario_portinuse(r, preflight=False),
+    "width-capture": lambda r: scenario_width(r, +1),
+    "width-silent": lambda r: scenario_width(r, -1),
+}
+
+
+def run(name: str, out: Path) -> dict:
+    result: dict = {"scenario": name, "started_s": now()}
+    daemon = None
+    try:
+        daemon = SCENARIOS[name](result)
+    except Exception:  # noqa: BLE001 - one scenario's failure is its result, the next still runs
+        result["error"] = traceback.format_exc()[-2000:]
+    if daemon is not None:
+        if "stop" not in result:
+            status = daemon.status()
+            result["final_status"] = result.get("final_status") or {
+                k: status.get(k) for k in ("state", "status_text", "restarts", "last_accept_length")}
+            result["stop"] = daemon.sigterm()
+        result["gpu_free_after_s"], result["gpu_after"] = wait_gpu_free()
+        text = daemon.service_log()
+        result["service_log_facts"] = log_facts(text)
+        incidents = daemon.incidents()
+        result["incidents"] = summary(incidents)
+        result["step_times"] = {str(i.get("id")): step_times(i) for i in incidents}
+        (out / "raw").mkdir(exist_ok=True)
+        (out / "raw" / f"{name}.incidents.json").write_text(json.dumps(incidents, indent=1, default=str))
+        (out / "raw" / f"{name}.service.log").write_text(text)
+        (out / "raw" / f"{name}.ddtreed.log").write_text(daemon.log.read_text(errors="replace"))
+    if name.startswith("width"):
+        restore_width()
+    result["leftovers_killed"] = leftovers()
+    result["finished_s"] = now()
+    print(json.dumps({k: v for k, v in result.items() if k not in ("py_spy",)}, default=str)[:3000],
+          flush=True)
+    return result
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0])
+    out.mkdir(parents=True, exist_ok=True)
+    names = list(SCENARIOS) if argv[1:] == ["all"] else argv[1:]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        print(f"unknown scenario(s) {unknown}; known: {sorted(SCENARIOS)}", file=sys.stderr)
+        return 2
+    results_path = out / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else []
+    for name in names:
+        results.append(run(name, out))
+        results_path.write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
