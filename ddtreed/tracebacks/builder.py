@@ -46,6 +46,7 @@ class Builder:
     last_line: int = 0
     context: tuple[str, ...] = ()
     lines: int = 0
+    after_frame: bool = False  # the previous line was a frame: the next may be its source line
 
     def touch(self, number: int, text: str, now: float) -> None:
         self.last_line, self.last_activity = number, now

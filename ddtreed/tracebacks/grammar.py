@@ -17,7 +17,8 @@ CHAIN_MARKERS = (
     "During handling of the above exception, another exception occurred:",
     "The above exception was the direct cause of the following exception:",
 )
-FRAME = re.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<function>.*))?$')
+# `line398` (no space) and faulthandler's `line 12 in f` (no comma) appear in real pastes.
+FRAME = re.compile(r'\s*File "(?P<file>[^"]*)", line ?(?P<line>\d+)(?:,? in (?P<function>.*))?$')
 PYSPY_FRAME = re.compile(r"\s+(?P<function>\S+) \((?P<file>[^()]+?):(?P<line>\d+)\)$")
 # `ValueError: msg`, `zmq.error.ZMQError: msg`, `AssertionError` (inside a traceback any
 # unindented line is the exception line; outside one only an Error/Exception name counts).
@@ -39,6 +40,53 @@ WHAT = re.compile(r"\s*what\(\):\s+(?P<message>.*)$")
 TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
 NCCL_TIMEOUT = re.compile(r"\] (?P<message>\[(?:PG [^\]]*)?Rank \d+\] Watchdog caught collective operation timeout.*)$")
 DEVICE_ASSERT = "Assertion `"
+# Python 3.13 colours tracebacks (file names, line numbers, exception names): SGR and other CSI codes.
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# A `[rank3]:` prefix torchrun puts on every line of a rank's output.
+TORCH_RANK_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
+# Lines a reporter (or a tool) put in place of frames: `...`, `[... 12 lines omitted ...]`.
+ELISION = re.compile(
+    r"(?:\.{3,}|…+|\[\s*(?:\.\.\.|…)[^\]]*\]|<\s*(?:\.\.\.|…|truncated|snip)[^>]*>|"
+    r"\((?:\.\.\.|…|truncated|omitted)[^)]*\)|\.\.\. ?\(?\d+ (?:more )?(?:lines?|frames?)[^\n]*|"
+    r"(?:\.\.\.|…)? ?\(?(?:truncated|omitted|snip(?:ped)?)\)?[^\n]{0,40})$", re.IGNORECASE)
+# Python keywords alone on a line: the source line under a frame whose indentation was lost.
+SOURCE_WORDS = frozenset({"raise", "return", "pass", "break", "continue", "yield", "else:", "try:",
+                          "finally:"})
+# Fatal lines outside any traceback: the process dies (or is dying) and prints no Python
+# exception. (label, pattern); the label becomes the crash's exception so rules can name it.
+FATAL_LINES = (
+    ("Fatal Python error", re.compile(r"Fatal Python error: (?P<message>.+)$")),
+    ("Memory access fault", re.compile(r"(?P<message>Memory access fault by GPU.*)$")),
+    ("HSA error", re.compile(r"(?P<message>(?:HSA_STATUS_ERROR_\w+|hipError\w+)\b.*)$")),
+    ("bind error", re.compile(r"(?P<message>\[Errno 98\].*|.*error while attempting to bind on address.*)$")),
+    ("SWA Pool Mem Leak", re.compile(r"(?P<message>SWA Pool Mem Leak Detected!?.*)$")),
+    ("GPU hardware error", re.compile(
+        r"(?P<message>.*(?:NVRM: Xid \(|\bXid \d+\b|uncorrectable ECC error|GPU has fallen off the bus|"
+        r"cudaErrorECCUncorrectable).*)$")),
+    ("fatal signal", re.compile(
+        r"(?P<message>(?:Segmentation fault|Bus error|Aborted)(?: \(core dumped\))?|"
+        r".*\*\*\* (?:SIGSEGV|SIGABRT|SIGBUS|SIGFPE|SIGILL)\b.*|.*[Cc]aught signal \d+ \(\w.*)$")),
+    ("TCPStore", re.compile(r"(?P<message>.*TCPStore\b.*(?:[Bb]roken pipe|[Cc]onnection (?:reset|refused)|"
+                            r"failed|timed out|[Tt]imeout).*)$")),
+    ("NCCL watchdog", re.compile(r"(?P<message>.*(?:watchdog got stuck|Watchdog caught collective operation "
+                                 r"timeout|Heartbeat monitor timed out).*)$")),
+)
+FATAL_NEEDLES = ("Fatal Python error", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
+                 "attempting to bind on address", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
+                 "fallen off the bus", "Segmentation fault", "*** SIG", "TCPStore", "NCCL's watchdog got stuck",
+                 "Heartbeat monitor timed out", "Caught signal")
+# argparse's last line: `sglang serve: error: unrecognized arguments: --x` (exit 2, no traceback).
+ARGPARSE_ERROR = re.compile(
+    r"(?P<prog>[\w./ -]{1,80}?): error: (?P<message>(?:unrecognized arguments|argument -|the following "
+    r"arguments are required|invalid choice|ambiguous option|expected one argument)[^\n]*)$")
+# The milestones that tell which phase a crash happened in; the last one before it is kept.
+MILESTONE_NEEDLES = ("Init torch distributed begin", "Load weight begin", "Load weight end",
+                     "KV Cache is allocated", "Memory pool end", "Capture cuda graph", "CUDA graph begin",
+                     "CUDA graph end", "max_total_num_tokens=", "fired up and ready to roll")
+MILESTONE = re.compile(r"Init torch distributed begin|Load weight (?:begin|end)|KV Cache is allocated|"
+                       r"Memory pool end|Capture [\w ]*?graph (?:begin|end)|max_total_num_tokens=|"
+                       r"fired up and ready to roll", re.IGNORECASE)
+MILESTONE_MARK = "last milestone: "
 CONTEXT_WORDS = ("rror", "ailed", "arning", "xception")
 
 # Needles whose presence in a chunk means a tagged line may matter; untagged lines are found
@@ -49,16 +97,34 @@ TAGGED_NEEDLES = (
     "crashed with exit code",
     "died during initialization (exit code:",
     "atchdog timeout (self.watchdog_timeout=",
+    *(needle for needle in FATAL_NEEDLES if needle != "fallen off the bus"),  # 'f': prefill lines hold it
+    *MILESTONE_NEEDLES,
+    "\x1b[",  # a coloured line: stripped before anything else looks at it
 )
 # Letters that decode/prefill progress lines and their `[2026-… DP0 TP3]` prefix never hold: for
 # each needle the first of them it contains (its own first letter failing that). A chunk without
 # any sentinel cannot hold a needle, and one memchr per sentinel is ~30x cheaper than the needles.
-_RARE = "mxzjqvyIK"
+_RARE = "mxzjqvyIKCEFHLMSWX"
 NEEDLE_SENTINELS = tuple(sorted({next((c for c in _RARE if c in needle), needle[0])
                                  for needle in TAGGED_NEEDLES}))
 # A line that does not start like `[2026-…`: continuation lines, frames, device asserts, C++
 # aborts, NCCL `[rank3]:` lines, Ray-prefixed lines.
 UNTAGGED = re.compile(r"\n(?!\[\d)")
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI.sub("", text) if "\x1b" in text else text
+
+
+def fatal_line(body: str) -> tuple[str, str] | None:
+    """(label, message) when a line outside a traceback announces a fatal failure."""
+    if not any(needle in body for needle in FATAL_NEEDLES):
+        return None
+    for label, pattern in FATAL_LINES:
+        found = pattern.search(body)
+        if found:
+            return label, found.group("message").strip()
+    return None
 
 
 def parse_line(text: str) -> tuple[str | None, str | None, str]:
