@@ -22,6 +22,9 @@ CATEGORIES = (
     "kv-cache-leak",
     "silent-corruption",
     "acceptance-collapse",
+    "missing-dependency",
+    "fatal-signal",
+    "gpu-hardware-fault",
     "other",
     "unknown",
 )

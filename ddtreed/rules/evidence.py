@@ -95,7 +95,8 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"NCCL|nccl\w*Error|\bnccl[A-Z]\w+|[Gg]loo|c10d|TCPStore|DistNetworkError|DistBackendError"
         r"|ProcessGroup|DeepEP|deep_ep|NVSHMEM|nvshmem|Watchdog caught collective|[Hh]eartbeat monitor"
         r"|collective operation|all_?reduce|all_?gather|broadcast (?:failed|timed out)|mooncake|RDMA|ibv_"
-        r"|[Ss]ocket (?:timeout|error)|Connection reset by peer|Broken pipe|store_based_barrier"),
+        r"|[Ss]ocket (?:timeout|error)|Connection reset by peer|Broken pipe|store_based_barrier"
+        r"|waiting for clients|clients joined|[Ff]ailed to recv|rendezvous"),
     "kernel-build": (
         r"ptxas|nvcc|ninja|CompilationError|[Tt]riton (?:Error|compil)|JIT (?:compil|build)"
         r"|no kernel image is available|invalid device function|hipErrorInvalidDeviceFunction|sgl_kernel"
