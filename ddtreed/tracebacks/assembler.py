@@ -398,9 +398,8 @@ def _may_matter(chunk: LogChunk, text: str) -> bool:
             return True
     elif text[:1] != "[" or not text[1:2].isdigit() or grammar.UNTAGGED.search(text):
         return True
-    if not any(sentinel in text for sentinel in grammar.NEEDLE_SENTINELS):
-        return False
-    return any(needle in text for needle in grammar.TAGGED_NEEDLES)
+    return any(sentinel in text and any(needle in text for needle in needles)
+               for sentinel, needles in grammar.NEEDLES_BY_SENTINEL)
 
 
 def _interesting_lines(text: str) -> list[int]:
@@ -408,11 +407,14 @@ def _interesting_lines(text: str) -> list[int]:
     positions = [match.start() + 1 for match in grammar.UNTAGGED.finditer(text)]
     if text[:1] != "[" or not text[1:2].isdigit():
         positions.insert(0, 0)
-    for needle in grammar.TAGGED_NEEDLES:
-        found = text.find(needle)
-        while found >= 0:
-            positions.append(found)
-            found = text.find(needle, found + 1)
+    for sentinel, needles in grammar.NEEDLES_BY_SENTINEL:
+        if sentinel not in text:
+            continue
+        for needle in needles:
+            found = text.find(needle)
+            while found >= 0:
+                positions.append(found)
+                found = text.find(needle, found + 1)
     positions.sort()
     indices: list[int] = []
     line, cursor = 0, 0

@@ -74,7 +74,7 @@ FATAL_LINES = (
 FATAL_NEEDLES = ("Fatal Python error", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
                  "attempting to bind on address", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
                  "fallen off the bus", "Segmentation fault", "*** SIG", "TCPStore", "NCCL's watchdog got stuck",
-                 "Heartbeat monitor timed out", "Caught signal")
+                 "Heartbeat monitor timed out", "Caught signal", "Watchdog caught collective")
 # argparse's last line: `sglang serve: error: unrecognized arguments: --x` (exit 2, no traceback).
 ARGPARSE_ERROR = re.compile(
     r"(?P<prog>[\w./ -]{1,80}?): error: (?P<message>(?:unrecognized arguments|argument -|the following "
@@ -105,8 +105,14 @@ TAGGED_NEEDLES = (
 # each needle the first of them it contains (its own first letter failing that). A chunk without
 # any sentinel cannot hold a needle, and one memchr per sentinel is ~30x cheaper than the needles.
 _RARE = "mxzjqvyIKCEFHLMSWX"
-NEEDLE_SENTINELS = tuple(sorted({next((c for c in _RARE if c in needle), needle[0])
-                                 for needle in TAGGED_NEEDLES}))
+def _sentinel(needle: str) -> str:
+    return next((c for c in _RARE if c in needle), needle[0])
+
+
+NEEDLE_SENTINELS = tuple(sorted({_sentinel(needle) for needle in TAGGED_NEEDLES}))
+# Needles grouped by their sentinel: a chunk without the sentinel skips the group's searches.
+NEEDLES_BY_SENTINEL = tuple((sentinel, tuple(n for n in TAGGED_NEEDLES if _sentinel(n) == sentinel))
+                            for sentinel in NEEDLE_SENTINELS)
 # A line that does not start like `[2026-…`: continuation lines, frames, device asserts, C++
 # aborts, NCCL `[rank3]:` lines, Ray-prefixed lines.
 UNTAGGED = re.compile(r"\n(?!\[\d)")
