@@ -118,7 +118,27 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
 
     if context is None:
         context = context_from_log(lines)
-    return [rules.diagnose(group, context) for group in assemble_lines(unreverse(lines), source)]
+    diagnoses = [rules.diagnose(group, context) for group in assemble_lines(unreverse(lines), source)]
+    if not diagnoses:
+        pasted = _from_paste(lines, source, rules, context)
+        diagnoses = [pasted] if pasted is not None else []
+    return diagnoses
+
+
+def _from_paste(lines: list[str], source: str, rules, context):
+    """A report's text with no assembled crash: the errors it quotes, else the text itself."""
+    from ..tracebacks.paste import paste_crashes
+
+    candidates = paste_crashes(lines, source)
+    if not candidates:
+        return None
+    *mentions, whole = candidates
+    diagnosis = rules.diagnose(tuple(mentions), context) if mentions else None
+    if diagnosis is None or not diagnosis.match.rule_id:
+        described = rules.diagnose((whole,), context)
+        if described.match.rule_id or diagnosis is None:
+            diagnosis = described
+    return diagnosis
 
 
 def diagnose_file(path: str, rules, context) -> list:

@@ -102,6 +102,10 @@ class Assembler:
     def _line(self, state: _SourceState, chunk: LogChunk, index: int) -> None:
         text = chunk.lines[index]
         number = chunk.first_number + index
+        if text[:1] not in ("[", " ", "\t", ""):
+            container = grammar.CONTAINER_PREFIX.match(text)
+            if container:  # `sglang-1  | …` (compose) or `2026-…Z stderr F …` (CRI): the line is after it
+                text = text[container.end():]
         timestamp, rank, body = grammar.parse_line(text)
         if timestamp is not None:
             self._tagged(state, chunk, index, rank, body)
@@ -202,6 +206,8 @@ class Assembler:
                 pass  # the source line under a frame, or 3.11+ caret markers
             elif state == FRAMES and (_carets(stripped) or (after_frame and _source_line(stripped))):
                 pass  # the same, from a paste that lost its indentation
+            elif state == FRAMES and grammar.fatal_line(stripped):
+                return FINISH  # `Fatal Python error: …` after faulthandler's frames: its own crash
             elif state == FRAMES:
                 builder.set_exception(*grammar.split_exception(stripped, strict=False))
             elif state == HEADER and grammar.split_exception(stripped, strict=True):
