@@ -119,9 +119,12 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
     if context is None:
         context = context_from_log(lines)
     diagnoses = [rules.diagnose(group, context) for group in assemble_lines(unreverse(lines), source)]
-    if not diagnoses:
+    if not any(diagnosis.match.rule_id for diagnosis in diagnoses):
+        # Nothing assembled, or only crashes no rule knows (a paste cut before its exception
+        # line): the errors the text quotes may still say what failed.
         pasted = _from_paste(lines, source, rules, context)
-        diagnoses = [pasted] if pasted is not None else []
+        if pasted is not None and (pasted.match.rule_id or not diagnoses):
+            diagnoses = [pasted] + diagnoses[1:]
     return diagnoses
 
 

@@ -203,9 +203,12 @@ class Assembler:
             elif grammar.ELISION.match(stripped):
                 pass  # `...` or `[... 12 lines omitted ...]` where the reporter cut frames
             elif state == FRAMES and body[:1] in (" ", "\t"):
-                pass  # the source line under a frame, or 3.11+ caret markers
+                if after_frame:
+                    builder.last_source = stripped[:500]  # the source line under a frame
+                # else 3.11+ caret markers
             elif state == FRAMES and (_carets(stripped) or (after_frame and _source_line(stripped))):
-                pass  # the same, from a paste that lost its indentation
+                if after_frame:
+                    builder.last_source = stripped[:500]  # the same, from a paste that lost its indentation
             elif state == FRAMES and grammar.fatal_line(stripped):
                 return FINISH  # `Fatal Python error: …` after faulthandler's frames: its own crash
             elif state == FRAMES:

@@ -53,6 +53,8 @@ ELISION = re.compile(
     r"(?:\.{3,}|…+|\[\s*(?:\.\.\.|…)[^\]]*\]|<\s*(?:\.\.\.|…|truncated|snip)[^>]*>|"
     r"\((?:\.\.\.|…|truncated|omitted)[^)]*\)|\.\.\. ?\(?\d+ (?:more )?(?:lines?|frames?)[^\n]*|"
     r"(?:\.\.\.|…)? ?\(?(?:truncated|omitted|snip(?:ped)?)\)?[^\n]{0,40})$", re.IGNORECASE)
+# The innermost frame's source line when the exception line was cut off.
+RAISE = re.compile(r"(?:raise (?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\(?(?P<message>.*)|assert .*)$")
 # Python keywords alone on a line: the source line under a frame whose indentation was lost.
 SOURCE_WORDS = frozenset({"raise", "return", "pass", "break", "continue", "yield", "else:", "try:",
                           "finally:"})

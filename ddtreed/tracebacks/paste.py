@@ -23,12 +23,19 @@ MAX_CANDIDATES = 8
 MAX_TEXT = 16_384
 
 
+_ARGPARSE_ANYWHERE = re.compile(r"(?P<message>[\w./-]{1,80}: error: (?:unrecognized arguments|argument -|the following "
+                                r"arguments are required|invalid choice|ambiguous option|expected one argument)[^`\n]*)")
+
+
 def looks_like_log(lines: list[str]) -> bool:
-    """Most lines carry SGLang's `[2026-…]` prefix: a log, not a report someone wrote."""
+    """An SGLang log as the service wrote it (most lines carry its `[2026-…]` prefix, or it prints
+    its server_args and milestones), not a report someone wrote around an error."""
     body = [line for line in lines if line.strip()]
     if not body:
         return True
     tagged = sum(1 for line in body if _TAGGED.match(line) or grammar.CONTAINER_PREFIX.match(line))
+    if tagged >= 20 or any("server_args=ServerArgs(" in line for line in body[:400]):
+        return True
     return tagged >= 0.6 * len(body)
 
 
@@ -42,6 +49,11 @@ def paste_crashes(lines: list[str], source: str = "<paste>") -> tuple[Crash, ...
         line = grammar.strip_ansi(raw).strip()
         if not line:
             continue
+        usage = _ARGPARSE_ANYWHERE.search(line) if ": error: " in line else None
+        if usage:
+            candidates.append(Crash(kind="error-line", exception=None, message=usage.group("message"),
+                                    prefix="usage error", source=source, first_line=number, last_line=number,
+                                    excerpt=(raw,)))
         fatal = grammar.fatal_line(line)
         if fatal:
             key = (fatal[0], fatal[1][:200])
