@@ -83,11 +83,11 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"match the existing size|[Ss]hape mismatch|shapes? cannot be multiplied|Expected size \d+ but got size"
         r"|CHECK_(?:EQ|NE|LE|LT|GE|GT)\(|is invalid for input of size|could not be broadcast|cannot broadcast"
         r"|broadcast shape|Sizes of tensors must match|[Ss]ize mismatch|holds \d+ rows but caller needs \d+"
-        r"|buffer (?:is )?too small|Expected (?:tensor|input|all tensors) .{0,80}(?:size|shape)"
+        r"|buffer (?:is )?too small|Tensor match failed|Expected (?:tensor|input|all tensors) .{0,80}(?:size|shape)"
         r"|must have the same shape|does not match the (?:shape|size)|incompatible shapes?|shape \[[^\]]*\] .{0,20}"
         r"(?:does not match|!=)|mismatch(?:ed)? (?:in )?(?:shape|size|dimension)"),
     "oom": (r"(?i:out of memory)|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
-            r"|hipErrorOutOfMemory|Tried to allocate \d|(?i:insufficient (?:gpu )?memory)|OOM"),
+            r"|hipErrorOutOfMemory|Tried to allocate \d|(?i:insufficient (?:gpu )?memory)"),
     "kv-pool": (r"KV cache pool|no GPU memory for the KV cache|increase --mem-fraction-static|token_to_kv_pool"
                 r"|(?:Prefill|Decode) out of memory|max_total_num_tokens|KV cache is full|not enough (?:space|memory)"
                 r" for (?:the )?KV"),
@@ -101,11 +101,11 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"ptxas|nvcc|ninja|CompilationError|[Tt]riton (?:Error|compil)|JIT (?:compil|build)"
         r"|no kernel image is available|invalid device function|hipErrorInvalidDeviceFunction|sgl_kernel"
         r"|Could not run '|undefined symbol|Error building extension|PTX|cubin|[Uu]nsupported (?:GPU |CUDA )?"
-        r"(?:arch|architecture|compute capability)|sm_\d+|OutOfResources|out of resource"),
+        r"(?:arch|architecture|compute capability)|OutOfResources|out of resource|CUDA_HOME"),
     "illegal-memory": (
         r"illegal memory access|misaligned address|illegal instruction|Memory access fault by GPU"
         r"|device-side assert|unspecified launch failure|HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION"
-        r"|HSA_STATUS_ERROR_EXCEPTION|page fault"),
+        r"|HSA_STATUS_ERROR_EXCEPTION|page fault|cudaErrorIllegal\w+|(?:IndexKernel|Indexing|ScatterGatherKernel)\.cu"),
     "missing-module": (r"No module named|cannot import name|ModuleNotFoundError|is not installed"
                        r"|[Pp]lease install \w|requires the \w+ (?:package|library)"),
     "port-in-use": r"[Aa]ddress already in use|Errno 98|EADDRINUSE|[Pp]ort \d+ is (?:already )?in use"
@@ -119,7 +119,8 @@ MESSAGE_FAMILIES: dict[str, str] = {
     "timeout": r"(?i:timed out|timeout)",
     "connection": r"Connection refused|Max retries exceeded|Failed to establish a new connection"
                   r"|RemoteDisconnected|Cannot connect to host",
-    "graph-capture": r"Capture [\w ]*graph failed|[Cc]apturing|graph capture|cudaErrorStreamCaptureUnsupported"
+    "graph-capture": r"Capture [\w ]*graph failed|[Cc]apturing|graph capture|cudaErrorStreamCapture\w*|piecewise"
+                     r"|[Pp]iecewise[ _]cuda[ _]graph|captures_underway"
                      r"|operation not permitted when stream is capturing|stream is capturing",
 }
 
@@ -251,6 +252,10 @@ def gather(crash: Crash, errors, frames: Iterable[str]) -> CrashEvidence:
                 exception_families.add(family)
                 items.append(Evidence("exception", family, error.exception or ""))
         texts.append(f"{error.exception or ''}: {error.message[:MESSAGE_SCAN_CHARS]}")
+    if crash.device_asserts:
+        # The per-thread `Assertion … failed` lines printed with it: a kernel's bounds check.
+        message_families.add("illegal-memory")
+        items.append(Evidence("message", "illegal-memory", f"{crash.device_asserts} device-side assertion line(s)"))
     if crash.kind in ("error-line", "nccl-watchdog", "child-death", "watchdog-timeout"):
         items.append(Evidence("line", crash.prefix or crash.kind, crash.message[:200]))
     for line in crash.context:

@@ -378,7 +378,7 @@ class Assembler:
 
 def _is_milestone(body: str) -> bool:
     return (any(needle in body for needle in grammar.MILESTONE_NEEDLES) and "Traceback" not in body
-            and grammar.MILESTONE.search(body) is not None)
+            and grammar.MILESTONE.match(body.strip()) is not None)
 
 
 def _phase(state: _SourceState) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ PYSPY_FRAME = re.compile(r"\s+(?P<function>\S+) \((?P<file>[^()]+?):(?P<line>\d+
 # unindented line is the exception line; outside one only an Error/Exception name counts).
 EXCEPTION = re.compile(r"(?P<type>[A-Za-z_][\w.]*(?:::\w+)*)(?::(?: (?P<message>.*))?)?$")
 STANDALONE_EXCEPTION = re.compile(
-    r"(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<message>.+)$"
+    r"(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)): (?P<message>.+)$"
 )
 WRAPPER = re.compile(r"(?P<wrapper>Capture (?:[\w ]+ )?cuda graph failed):\s*(?P<inner>.*)$",
                      re.IGNORECASE)
@@ -62,6 +62,7 @@ SOURCE_WORDS = frozenset({"raise", "return", "pass", "break", "continue", "yield
 # exception. (label, pattern); the label becomes the crash's exception so rules can name it.
 FATAL_LINES = (
     ("Fatal Python error", re.compile(r"Fatal Python error: (?P<message>.+)$")),
+    ("fatal signal", re.compile(r"^(?P<message>Current thread 0x[0-9a-fA-F]+ \(most recent call first\):)$")),
     ("Memory access fault", re.compile(r"(?P<message>Memory access fault by GPU.*)$")),
     ("HSA error", re.compile(r"(?P<message>(?:HSA_STATUS_ERROR_\w+|hipError\w+)\b.*)$")),
     ("bind error", re.compile(r"(?P<message>\[Errno 98\].*|.*error while attempting to bind on address.*)$")),
@@ -77,7 +78,7 @@ FATAL_LINES = (
     ("NCCL watchdog", re.compile(r"(?P<message>.*(?:watchdog got stuck|Watchdog caught collective operation "
                                  r"timeout|Heartbeat monitor timed out).*)$")),
 )
-FATAL_NEEDLES = ("Fatal Python error", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
+FATAL_NEEDLES = ("Fatal Python error", "Current thread 0x", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
                  "attempting to bind on address", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
                  "fallen off the bus", "Segmentation fault", "*** SIG", "TCPStore", "NCCL's watchdog got stuck",
                  "Heartbeat monitor timed out", "Caught signal", "Watchdog caught collective")
@@ -89,9 +90,9 @@ ARGPARSE_ERROR = re.compile(
 MILESTONE_NEEDLES = ("Init torch distributed begin", "Load weight begin", "Load weight end",
                      "KV Cache is allocated", "Memory pool end", "Capture cuda graph", "CUDA graph begin",
                      "CUDA graph end", "max_total_num_tokens=", "fired up and ready to roll")
-MILESTONE = re.compile(r"Init torch distributed begin|Load weight (?:begin|end)|KV Cache is allocated|"
+MILESTONE = re.compile(r"(?:Init torch distributed begin|Load weight (?:begin|end)|KV Cache is allocated|"
                        r"Memory pool end|Capture [\w ]*?graph (?:begin|end)|max_total_num_tokens=|"
-                       r"fired up and ready to roll", re.IGNORECASE)
+                       r"The server is fired up and ready to roll)", re.IGNORECASE)
 MILESTONE_MARK = "last milestone: "
 CONTEXT_WORDS = ("rror", "ailed", "arning", "xception")
 
