@@ -122,17 +122,17 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
     if not any(diagnosis.match.rule_id for diagnosis in diagnoses):
         # Nothing assembled, or only crashes no rule knows (a paste cut before its exception
         # line): the errors the text quotes may still say what failed.
-        pasted = _from_paste(lines, source, rules, context)
+        pasted = _from_paste(lines, source, rules, context, assembled=bool(diagnoses))
         if pasted is not None and (pasted.match.rule_id or not diagnoses):
             diagnoses = [pasted] + diagnoses[1:]
     return diagnoses
 
 
-def _from_paste(lines: list[str], source: str, rules, context):
+def _from_paste(lines: list[str], source: str, rules, context, assembled: bool = False):
     """A report's text with no assembled crash: the errors it quotes, else the text itself."""
     from ..tracebacks.paste import paste_crashes
 
-    candidates = paste_crashes(lines, source)
+    candidates = paste_crashes(lines, source, force=bool(assembled))
     if not candidates:
         return None
     *mentions, whole = candidates

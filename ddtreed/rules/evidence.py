@@ -58,6 +58,7 @@ FRAME_FAMILIES: dict[str, str] = {
     "server-args": r"server_args\.py:",
     "warm-up": r"http_server\.py:_wait_and_warmup$|:_execute_server_warmup$|^requests/|^urllib3/",
     "scheduler": r"managers/scheduler\.py:",
+    "import": r"$^",  # set from the innermost frames (gather): a module-level import failed
 }
 
 EXCEPTION_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -106,7 +107,8 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"illegal memory access|misaligned address|illegal instruction|Memory access fault by GPU"
         r"|device-side assert|unspecified launch failure|HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION"
         r"|HSA_STATUS_ERROR_EXCEPTION|page fault|cudaErrorIllegal\w+|(?:IndexKernel|Indexing|ScatterGatherKernel)\.cu"),
-    "missing-module": (r"No module named|cannot import name|ModuleNotFoundError|is not installed"
+    "missing-module": (r"No module named|cannot import name|ModuleNotFoundError|is not installed|No package metadata was found"
+                       r"|PackageNotFoundError|distribution was not found and is required"
                        r"|[Pp]lease install \w|requires the \w+ (?:package|library)"),
     "port-in-use": r"[Aa]ddress already in use|Errno 98|EADDRINUSE|[Pp]ort \d+ is (?:already )?in use"
                    r"|attempting to bind on address",
@@ -117,6 +119,10 @@ MESSAGE_FAMILIES: dict[str, str] = {
     "no-gpu": r"no CUDA-capable device|NVIDIA driver|CUDA driver (?:initialization|version)|NVML"
               r"|invalid device ordinal|No accelerator|Torch not compiled with CUDA|system not yet initialized",
     "timeout": r"(?i:timed out|timeout)",
+    "config": (r"requires (?:setting )?--[\w-]+|(?:must|should) be (?:set|used|enabled) (?:with|when|together with) --"
+               r"|(?:is )?not supported (?:for|with|when|on|in|by) |does not support |[Oo]nly .{0,80} (?:is|are) supported"
+               r"|cannot be used (?:with|together)|is not compatible with|[Uu]nsupported (?:combination|option|value)"
+               r"|invalid choice|unrecognized arguments"),
     "connection": r"Connection refused|Max retries exceeded|Failed to establish a new connection"
                   r"|RemoteDisconnected|Cannot connect to host",
     "graph-capture": r"Capture [\w ]*graph failed|[Cc]apturing|graph capture|cudaErrorStreamCapture\w*|piecewise"
@@ -139,6 +145,7 @@ FAMILY_CATEGORIES: dict[str, tuple[str, ...]] = {
     "frames:distributed": ("nccl-error",),
     "frames:kernel-jit": ("kernel-compile-error",),
     "frames:server-args": ("unsupported-config",),
+    "frames:import": ("missing-dependency", "kernel-compile-error"),
     "exception:oom": ("cuda-oom", "kv-pool-too-small"),
     "exception:comm": ("nccl-error",),
     "exception:import": ("missing-dependency", "kernel-compile-error"),
@@ -156,6 +163,7 @@ FAMILY_CATEGORIES: dict[str, tuple[str, ...]] = {
     "message:gpu-hardware": ("gpu-hardware-fault",),
     "message:no-gpu": ("no-gpu",),
     "message:timeout": ("scheduler-watchdog-timeout", "nccl-error"),
+    "message:config": ("unsupported-config",),
     "message:graph-capture": ("cuda-graph-capture-failed",),
 }
 
@@ -238,6 +246,13 @@ def gather(crash: Crash, errors, frames: Iterable[str]) -> CrashEvidence:
         if phase:
             items.append(Evidence("phase", phase, phase_line[:200]))
     frame_families: set[str] = set()
+    innermost = [f"{f.module}:{f.function}" for f in crash.frames[-3:]]
+    module_level = [i for i, frame in enumerate(innermost) if frame.endswith(":<module>")]
+    if module_level and not any(frame.startswith("sglang/") for frame in innermost[module_level[-1] + 1:]):
+        # It failed while a module was being imported (in the import itself or in the
+        # dependency code the import ran), not in a function the entry point called.
+        frame_families.add("import")
+        items.append(Evidence("frames", "import", innermost[module_level[-1]]))
     for frame in reversed(tuple(frames)):
         for name, pattern in _FRAME_PATTERNS.items():
             if name not in frame_families and pattern.search(frame):

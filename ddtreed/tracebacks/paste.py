@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ..records import Crash
+from ..records import Crash, Frame
 from . import grammar
 
 # `torch.OutOfMemoryError: CUDA out of memory …` anywhere in a line (inside backticks, after prose).
@@ -27,6 +27,21 @@ _ARGPARSE_ANYWHERE = re.compile(r"(?P<message>[\w./-]{1,80}: error: (?:unrecogni
                                 r"arguments are required|invalid choice|ambiguous option|expected one argument)[^`\n]*)")
 
 
+_USAGE = re.compile(r"usage: \S+ \[-h\]")
+
+
+def _frames(lines: list[str]) -> tuple[Frame, ...]:
+    """Every `File "…", line N, in f` of the text: in a paste they belong to the quoted error."""
+    found = []
+    for line in lines:
+        if "File " in line:
+            match = grammar.FRAME.match(grammar.strip_ansi(line))
+            if match:
+                found.append(Frame(file=match.group("file"), line=int(match.group("line")),
+                                   function=(match.group("function") or "<unknown>").strip()))
+    return tuple(found[-64:])
+
+
 def looks_like_log(lines: list[str]) -> bool:
     """An SGLang log as the service wrote it (most lines carry its `[2026-…]` prefix, or it prints
     its server_args and milestones), not a report someone wrote around an error."""
@@ -39,16 +54,21 @@ def looks_like_log(lines: list[str]) -> bool:
     return tagged >= 0.6 * len(body)
 
 
-def paste_crashes(lines: list[str], source: str = "<paste>") -> tuple[Crash, ...]:
-    """Candidate crashes named in a report's text (first mentions first); () for a log."""
-    if looks_like_log(lines):
+def paste_crashes(lines: list[str], source: str = "<paste>", force: bool = False) -> tuple[Crash, ...]:
+    """Candidate crashes named in a report's text (first mentions first); () for a log, unless
+    `force` (the log did fail, but with nothing a rule knows)."""
+    if not force and looks_like_log(lines):
         return ()
+    frames = _frames(lines)
     candidates: list[Crash] = []
     seen: set[tuple[str, str]] = set()
     for number, raw in enumerate(lines, 1):
         line = grammar.strip_ansi(raw).strip()
         if not line:
             continue
+        if _USAGE.match(line):
+            candidates.append(Crash(kind="error-line", exception=None, message=line[:300], prefix="usage error",
+                                    source=source, first_line=number, last_line=number, excerpt=(raw,)))
         usage = _ARGPARSE_ANYWHERE.search(line) if ": error: " in line else None
         if usage:
             candidates.append(Crash(kind="error-line", exception=None, message=usage.group("message"),
@@ -71,7 +91,7 @@ def paste_crashes(lines: list[str], source: str = "<paste>") -> tuple[Crash, ...
                 continue
             seen.add(key)
             candidates.append(Crash(kind="traceback", exception=exception, message=message, source=source,
-                                    first_line=number, last_line=number, excerpt=(raw,)))
+                                    frames=frames, first_line=number, last_line=number, excerpt=(raw,)))
         if len(candidates) >= MAX_CANDIDATES:
             break
     text = "\n".join(grammar.strip_ansi(line) for line in lines)[:MAX_TEXT]
