@@ -70,7 +70,8 @@ class Assembler:
         if not state.busy and not _may_matter(chunk, text):
             return  # the fast path: a few C-level scans, no per-line work
         previous = -1
-        for index in _interesting_lines(text):
+        every_line = _level_open(state) or ("ERROR: Traceback" in text or "ERROR:    Traceback" in text)
+        for index in (range(len(chunk.lines)) if every_line else _interesting_lines(text)):
             if index > previous + 1:
                 self._ordinary(state, chunk.received_at)
             self._line(state, chunk, index)
@@ -108,8 +109,11 @@ class Assembler:
                 text = text[container.end():]
         timestamp, rank, body = grammar.parse_line(text)
         if timestamp is not None:
-            self._tagged(state, chunk, index, rank, body)
-            return
+            continued = _level_continuation(state, body)
+            if continued is None:
+                self._tagged(state, chunk, index, rank, body)
+                return
+            body = continued  # a logger that puts `[ts] ERROR: ` before every line of a traceback
         if body.startswith("[rank"):
             torch_rank = grammar.TORCH_RANK_PREFIX.match(body)
             if torch_rank:  # torchrun's `[rank3]:` on every line of that rank's output
@@ -374,6 +378,24 @@ class Assembler:
             self._group = None
             group = self._activity(now)
         group.add_crash(crash)
+
+
+_LEVELS = ("ERROR", "WARNING", "CRITICAL")
+
+
+def _level_open(state: _SourceState) -> bool:
+    return bool(state.open) and state.open[0].prefix in _LEVELS
+
+
+def _level_continuation(state: _SourceState, body: str) -> str | None:
+    """The rest of `ERROR:   File …` when the open traceback began as `ERROR: Traceback …`."""
+    if not _level_open(state):
+        return None
+    level = state.open[0].prefix + ":"
+    if not body.startswith(level):
+        return None
+    rest = body[len(level):]
+    return rest[1:] if rest.startswith(" ") else rest
 
 
 def _is_milestone(body: str) -> bool:

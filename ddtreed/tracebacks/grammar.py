@@ -67,6 +67,7 @@ FATAL_LINES = (
     ("HSA error", re.compile(r"(?P<message>(?:HSA_STATUS_ERROR_\w+|hipError\w+)\b.*)$")),
     ("bind error", re.compile(r"(?P<message>\[Errno 98\].*|.*error while attempting to bind on address.*)$")),
     ("SWA Pool Mem Leak", re.compile(r"(?P<message>SWA Pool Mem Leak Detected!?.*)$")),
+    ("KV pool", re.compile(r"(?P<message>max_total_tokens=\d+ is larger than the profiled value -\d+.*)$")),
     ("GPU hardware error", re.compile(
         r"(?P<message>.*(?:NVRM: Xid \(|\bXid \d+\b|uncorrectable ECC error|GPU has fallen off the bus|"
         r"cudaErrorECCUncorrectable).*)$")),
@@ -78,7 +79,7 @@ FATAL_LINES = (
     ("NCCL watchdog", re.compile(r"(?P<message>.*(?:watchdog got stuck|Watchdog caught collective operation "
                                  r"timeout|Heartbeat monitor timed out).*)$")),
 )
-FATAL_NEEDLES = ("Fatal Python error", "Current thread 0x", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
+FATAL_NEEDLES = ("Fatal Python error", "Current thread 0x", "the profiled value -", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
                  "attempting to bind on address", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
                  "fallen off the bus", "Segmentation fault", "*** SIG", "TCPStore", "NCCL's watchdog got stuck",
                  "Heartbeat monitor timed out", "Caught signal", "Watchdog caught collective")
