@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -141,7 +142,11 @@ def _from_paste(lines: list[str], source: str, rules, context, assembled: bool =
         described = rules.diagnose((whole,), context)
         if described.match.rule_id or diagnosis is None:
             diagnosis = described
-    return diagnosis
+    # Words in a report are weaker evidence than a traceback the service printed.
+    note = ("from the errors the text quotes (no traceback assembled)" if diagnosis.crash is not whole
+            else "from the report's words alone (no error line found)")
+    return dataclasses.replace(diagnosis, confidence=round(diagnosis.confidence * 0.8, 2),
+                               notes=diagnosis.notes + (note,))
 
 
 def diagnose_file(path: str, rules, context) -> list:
