@@ -102,21 +102,24 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"ptxas|nvcc|ninja|CompilationError|[Tt]riton (?:Error|compil)|JIT (?:compil|build)"
         r"|no kernel image is available|invalid device function|hipErrorInvalidDeviceFunction|sgl_kernel"
         r"|Could not run '|undefined symbol|Error building extension|PTX|cubin|[Uu]nsupported (?:GPU |CUDA )?"
-        r"(?:arch|architecture|compute capability)|OutOfResources|out of resource|CUDA_HOME"),
+        r"(?:arch|architecture|compute capability)|OutOfResources|out of resource|CUDA_HOME|nvrtc|NVRTC"
+        r"|named symbol not found|Command '\['[^']*(?:gcc|g\+\+|cc|nvcc|ninja|c\+\+)'"),
     "illegal-memory": (
         r"illegal memory access|misaligned address|illegal instruction|Memory access fault by GPU"
         r"|device-side assert|unspecified launch failure|HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION"
-        r"|HSA_STATUS_ERROR_EXCEPTION|page fault|cudaErrorIllegal\w+|(?:IndexKernel|Indexing|ScatterGatherKernel)\.cu"),
+        r"|HSA_STATUS_ERROR_EXCEPTION|page fault|cudaErrorIllegal\w+|(?:IndexKernel|Indexing|ScatterGatherKernel)\.cu"
+        r"|cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED"),
     "missing-module": (r"No module named|cannot import name|ModuleNotFoundError|is not installed|No package metadata was found"
                        r"|PackageNotFoundError|distribution was not found and is required"
                        r"|[Pp]lease install \w|requires the \w+ (?:package|library)"),
-    "port-in-use": r"[Aa]ddress already in use|Errno 98|EADDRINUSE|[Pp]ort \d+ is (?:already )?in use"
+    "port-in-use": r"[Aa]ddress already in use|Errno 98|EADDRINUSE|[Pp]ort \d+ is (?:already )?(?:in use|occupied)"
                    r"|attempting to bind on address",
     "fatal-signal": r"Segmentation fault|SIGSEGV|SIGABRT|SIGBUS|SIGILL|SIGFPE|Fatal Python error|core dumped"
+                    r"|double free or corruption|free\(\): invalid|malloc\(\): |corrupted size vs\. prev_size"
                     r"|[Cc]aught signal \d+|signal 11\b|Bus error",
     "gpu-hardware": r"\bXid\b|[Uu]ncorrectable ECC|ECC error|fallen off the bus|cudaErrorECCUncorrectable"
                     r"|GPU is lost|uncorrectable (?:NVLink|memory) error|row remapping failure",
-    "no-gpu": r"no CUDA-capable device|NVIDIA driver|CUDA driver (?:initialization|version)|NVML"
+    "no-gpu": r"no CUDA-capable device|NVIDIA driver|CUDA driver (?:initialization|version)|NVML|NVIDIA-SMI has failed"
               r"|invalid device ordinal|No accelerator|Torch not compiled with CUDA|system not yet initialized",
     "timeout": r"(?i:timed out|timeout)",
     "config": (r"requires (?:setting )?--[\w-]+|(?:must|should) be (?:set|used|enabled) (?:with|when|together with) --"

@@ -73,13 +73,15 @@ FATAL_LINES = (
         r"cudaErrorECCUncorrectable).*)$")),
     ("fatal signal", re.compile(
         r"(?P<message>(?:Segmentation fault|Bus error|Aborted)(?: \(core dumped\))?|"
+        r"(?:\*\*\* Error in `[^`]*': )?(?:double free or corruption|free\(\): invalid \w+|corrupted size vs\. prev_size)\b.*|"
         r".*\*\*\* (?:SIGSEGV|SIGABRT|SIGBUS|SIGFPE|SIGILL)\b.*|.*[Cc]aught signal \d+ \(\w.*)$")),
     ("TCPStore", re.compile(r"(?P<message>.*TCPStore\b.*(?:[Bb]roken pipe|[Cc]onnection (?:reset|refused)|"
                             r"failed|timed out|[Tt]imeout).*)$")),
     ("NCCL watchdog", re.compile(r"(?P<message>.*(?:watchdog got stuck|Watchdog caught collective operation "
                                  r"timeout|Heartbeat monitor timed out).*)$")),
 )
-FATAL_NEEDLES = ("Fatal Python error", "Current thread 0x", "the profiled value -", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
+FATAL_NEEDLES = ("Fatal Python error", "Current thread 0x", "the profiled value -", "double free or corruption",
+                 "free(): invalid", "corrupted size vs. prev_size", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
                  "attempting to bind on address", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
                  "fallen off the bus", "Segmentation fault", "*** SIG", "TCPStore", "NCCL's watchdog got stuck",
                  "Heartbeat monitor timed out", "Caught signal", "Watchdog caught collective")
@@ -99,20 +101,22 @@ CONTEXT_WORDS = ("rror", "ailed", "arning", "xception")
 
 # Needles whose presence in a chunk means a tagged line may matter; untagged lines are found
 # separately (`UNTAGGED`). Long needles: CPython's substring search skips faster with them.
+_RARE = "mxzjqvyIKCEFHLMSWX"
 TAGGED_NEEDLES = (
     "Traceback (most recent call last):",  # every traceback header
     "It usually means",  # both SIGQUIT wordings of the main process
     "crashed with exit code",
     "died during initialization (exit code:",
     "atchdog timeout (self.watchdog_timeout=",
-    *(needle for needle in FATAL_NEEDLES if needle != "fallen off the bus"),  # 'f': prefill lines hold it
+    # Only needles holding a letter progress lines lack: the others ('fallen off the bus', glibc's
+    # 'double free') are printed untagged, and untagged lines always get per-line work.
+    *(needle for needle in FATAL_NEEDLES if any(c in needle for c in _RARE)),
     *MILESTONE_NEEDLES,
     "\x1b[",  # a coloured line: stripped before anything else looks at it
 )
 # Letters that decode/prefill progress lines and their `[2026-… DP0 TP3]` prefix never hold: for
 # each needle the first of them it contains (its own first letter failing that). A chunk without
 # any sentinel cannot hold a needle, and one memchr per sentinel is ~30x cheaper than the needles.
-_RARE = "mxzjqvyIKCEFHLMSWX"
 def _sentinel(needle: str) -> str:
     return next((c for c in _RARE if c in needle), needle[0])
 
