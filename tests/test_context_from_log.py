@@ -1,6 +1,11 @@
 """The launch context a log prints about itself: server_args=ServerArgs(…), Namespace(…), version."""
 
-from ddtreed.context.from_log import context_from_log, server_args_in, split_arguments, version_in
+from ddtreed.context.from_log import (
+    context_from_log,
+    server_args_in,
+    split_arguments,
+    version_in,
+)
 
 
 def test_server_args_line_gives_the_ddtree_context():

@@ -73,21 +73,21 @@ def test_exception_line_with_trimmed_frames_is_still_a_crash():
 
 
 @pytest.mark.parametrize("line, category", [
-    ("Memory access fault by GPU node-2 (Agent handle: 0x55d0c9a3e2f0) on address 0x7f2c5a000000. "
-     "Reason: Page not present or supervisor privilege.", "illegal-memory-access"),
-    (":0:rocdevice.cpp            :2984: 7131232542 us: [pid:81 tid:0x7f] Callback: Queue 0x7f aborting "
-     "with error : HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access memory "
-     "beyond the largest legal address. code: 0x29", "illegal-memory-access"),
-    ("[rank0]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:1895] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
-     "Process group watchdog thread terminated with exception: [Rank 0] Watchdog caught collective "
-     "operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
-     "Timeout(ms)=600000) ran for 600046 milliseconds before timing out.", "nccl-error"),
-    ("[W1201 10:00:00.000000000 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=45, "
-     "addr=[localhost]:50000, remote=[localhost]:29500): failed to recv, got 0 bytes", "nccl-error"),
+    (("Memory access fault by GPU node-2 (Agent handle: 0x55d0c9a3e2f0) on address 0x7f2c5a000000. "
+      "Reason: Page not present or supervisor privilege."), "illegal-memory-access"),
+    ((":0:rocdevice.cpp            :2984: 7131232542 us: [pid:81 tid:0x7f] Callback: Queue 0x7f aborting "
+      "with error : HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access memory "
+      "beyond the largest legal address. code: 0x29"), "illegal-memory-access"),
+    (("[rank0]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:1895] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+      "Process group watchdog thread terminated with exception: [Rank 0] Watchdog caught collective "
+      "operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+      "Timeout(ms)=600000) ran for 600046 milliseconds before timing out."), "nccl-error"),
+    (("[W1201 10:00:00.000000000 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=45, "
+      "addr=[localhost]:50000, remote=[localhost]:29500): failed to recv, got 0 bytes"), "nccl-error"),
     ("Fatal Python error: Segmentation fault", "fatal-signal"),
     ("NVRM: Xid (PCI:0000:18:00): 79, pid=4242, GPU has fallen off the bus.", "gpu-hardware-fault"),
-    ("ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): address "
-     "already in use", "port-in-use"),
+    (("ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): address "
+      "already in use"), "port-in-use"),
     ("[2026-12-01 10:00:00] SWA Pool Mem Leak Detected! full_available_size=100, swa_available_size=90",
      "kv-cache-leak"),
 ])

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Iterable
 
 from ..records import Crash, Explanation, RuleMatch, ServiceContext, Signature
-from .loader import parse_files, rule_files
 from .evidence import CrashEvidence
+from .loader import parse_files, rule_files
 from .model import CrashView, Rule, RuleIndex
 
 UNKNOWN_CATEGORY = "unknown"

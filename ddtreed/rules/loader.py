@@ -10,10 +10,17 @@ from typing import Any, Collection, Iterable
 
 from ..paths import untrusted
 from ..records import CATEGORIES
-from .expression import ExpressionError, compile_expression
 from .evidence import EXCEPTION_FAMILIES, FRAME_FAMILIES, MESSAGE_FAMILIES, PHASES
+from .expression import ExpressionError, compile_expression
+from .model import (
+    CONTEXT_NAMES,
+    CRASH_NAMES,
+    Conditions,
+    Rule,
+    short_exception,
+    template_fields,
+)
 from .regex import PatternError, compile_rule_pattern
-from .model import CONTEXT_NAMES, CRASH_NAMES, Conditions, Rule, short_exception, template_fields
 
 REQUIRED = ("id", "category", "title", "meaning", "match", "diagnosis")
 OPTIONAL = ("when", "precise", "remediations", "advice", "sglang_versions", "references", "priority")

@@ -10,14 +10,15 @@ hangs every backtracking engine, so a rule that carries one is a rule copied som
 from __future__ import annotations
 
 import re
+
 try:  # pragma: no cover - the import itself is what is being chosen
     import re2 as _re2
 except ImportError:  # pragma: no cover - google-re2 is a declared dependency
     _re2 = None
 
 try:
-    from re import _parser as _sre_parse  # Python 3.11+
     from re import _constants as _sre_constants
+    from re import _parser as _sre_parse  # Python 3.11+
 except ImportError:  # pragma: no cover
     import sre_constants as _sre_constants  # type: ignore[no-redef]
     import sre_parse as _sre_parse  # type: ignore[no-redef]
@@ -57,7 +58,7 @@ def lint(pattern: str) -> str | None:
 def _nested_quantifier(items: list, inside_repeat: bool) -> str | None:
     for op, arguments in items:
         if op in _REPEATS:
-            low, high, body = arguments
+            _low, high, body = arguments
             repeats = high == MAXREPEAT or high > 1
             if repeats and inside_repeat:
                 return "a repetition inside a repetition"

@@ -395,7 +395,7 @@ def _level_continuation(state: _SourceState, body: str) -> str | None:
     if not body.startswith(level):
         return None
     rest = body[len(level):]
-    return rest[1:] if rest.startswith(" ") else rest
+    return rest.removeprefix(" ")
 
 
 def _is_milestone(body: str) -> bool:
