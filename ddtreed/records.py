@@ -22,6 +22,9 @@ CATEGORIES = (
     "kv-cache-leak",
     "silent-corruption",
     "acceptance-collapse",
+    "missing-dependency",
+    "fatal-signal",
+    "gpu-hardware-fault",
     "other",
     "unknown",
 )
@@ -37,6 +40,7 @@ CrashKind = Literal[
     "watchdog-timeout",  # the scheduler watchdog fired
     "killed",            # the service ended without any traceback
     "nccl-watchdog",     # the NCCL watchdog's collective timeout
+    "error-line",        # a fatal line outside any traceback (bind error, fatal signal, HSA, Xid, usage)
     "canary",            # a failed output canary (ddtreed/canary), no traceback
     "probe-failed",      # a health/generate probe failed, no traceback
     "serving",           # the serving watch (ddtreed/serving.py): hung, eager fallback, collapse

@@ -30,6 +30,15 @@ log_dir = "{tmp_path}/logs"
     return config
 
 
+@pytest.fixture
+def founding_without_args(tmp_path) -> Path:
+    """The founding log without its `server_args=` line: no launch context at all."""
+    log = tmp_path / "founding-no-args.log"
+    log.write_text("".join(line for line in FOUNDING.read_text().splitlines(keepends=True)
+                           if "server_args=" not in line))
+    return log
+
+
 def run_json(capsys, *argv: str) -> list[dict]:
     assert main(["diagnose", *argv, "--json"]) == 0
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -45,8 +54,8 @@ def test_founding_log_with_config_is_the_ddtree_width_rule(capsys, founding_conf
     assert incident["params"]["a"] == 8 and incident["params"]["b"] == 33
 
 
-def test_founding_log_without_context_still_names_the_category(capsys):
-    [report] = run_json(capsys, str(FOUNDING))
+def test_founding_log_without_context_still_names_the_category(capsys, founding_without_args):
+    [report] = run_json(capsys, str(founding_without_args))
     [incident] = report["incidents"]
     assert incident["category"] == "cuda-graph-shape-mismatch"
     assert incident["rule_id"] != "ddtree-verify-graph-width"
@@ -67,8 +76,8 @@ def test_a_log_without_crashes_has_no_incidents(capsys, tmp_path):
     assert run_json(capsys, str(quiet)) == [{"path": str(quiet), "incidents": []}]
 
 
-def test_explain_shows_signature_steps_and_rule_reasons(capsys):
-    assert main(["diagnose", str(FOUNDING), "--explain"]) == 0
+def test_explain_shows_signature_steps_and_rule_reasons(capsys, founding_without_args):
+    assert main(["diagnose", str(founding_without_args), "--explain"]) == 0
     out = capsys.readouterr().out
     assert "step: numbers 8, 33, 0 replaced by <n>" in out
     assert "MATCH cuda-graph-shape-mismatch" in out

@@ -53,6 +53,11 @@ def test_every_rule_has_a_case(rules):
         for group in assemble_lines(entry["log"].splitlines(), entry["id"]):
             covered.add(rules.diagnose(group).match.rule_id)
     covered.add("ddtree-verify-graph-width")  # the founding log: tests/test_diagnose_cli.py
+    # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
+    from ddtreed.cli.diagnose_cmd import diagnose_lines
+
+    for log in sorted((Path(__file__).parent / "fixtures" / "sglang-0.5.16").glob("*.log")):
+        covered.update(d.match.rule_id for d in diagnose_lines(log.read_text().splitlines(), str(log), rules, None))
     # Canary rules match crashes the canary builds, not logs: tests/test_canary_rules.py covers each.
     covered |= {rule.id for rule in rules.rules if rule.conditions.kinds == ("canary",)}
     assert {rule.id for rule in rules.rules} - covered == set()

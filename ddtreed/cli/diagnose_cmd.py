@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -14,12 +15,14 @@ def register(commands) -> None:
     diagnose = commands.add_parser(
         "diagnose", help="diagnose crashes in SGLang log files (offline; nothing is applied)",
         description="Assemble the crashes in each log file and say what ddtreed would conclude and "
-                    "try. --config adds the launch context, which makes diagnoses precise.")
+                    "try. The launch context comes from --config, else from the log's own "
+                    "server_args=ServerArgs(...) line; it makes diagnoses precise. LOGFILE - reads stdin.")
     diagnose.add_argument("logfiles", nargs="+", metavar="LOGFILE")
     add_config(diagnose)
     add_json(diagnose)
     diagnose.add_argument("--explain", action="store_true",
-                          help="show how each signature was built and why each rule matched or not")
+                          help="show the evidence that decided and the rules it outvoted, how each "
+                               "signature was built and why each rule matched or not")
     diagnose.add_argument(
         "--state-dir", metavar="DIR", default=None,
         help="a daemon's state dir: also say whether it has seen each signature before and whether "
@@ -86,7 +89,15 @@ def _context(config):
     return service_context(config, host_for(config))
 
 
+_STDIN: dict[str, list[str]] = {}
+
+
 def _read_lines(path: str) -> list[str]:
+    if path == "-":
+        if "-" not in _STDIN:  # read once: run_diagnose checks the files before diagnosing them
+            data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+            _STDIN["-"] = data.decode("utf-8", errors="replace").splitlines()
+        return _STDIN["-"]
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -99,11 +110,48 @@ def _read_lines(path: str) -> list[str]:
     return data.decode("utf-8", errors="replace").splitlines()
 
 
-def diagnose_file(path: str, rules, context) -> list:
-    """Diagnoses of every crash group in one log file, in log order."""
+def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
+    """Diagnoses of every crash group in a log's lines, in log order. Without a context, the one
+    the log prints about itself (server_args, version) is used."""
+    from ..context.from_log import context_from_log
     from ..tracebacks import assemble_lines
+    from ..tracebacks.assembler import unreverse
 
-    return [rules.diagnose(group, context) for group in assemble_lines(_read_lines(path), path)]
+    if context is None:
+        context = context_from_log(lines)
+    diagnoses = [rules.diagnose(group, context) for group in assemble_lines(unreverse(lines), source)]
+    if not any(diagnosis.match.rule_id for diagnosis in diagnoses):
+        # Nothing assembled, or only crashes no rule knows (a paste cut before its exception
+        # line): the errors the text quotes may still say what failed.
+        pasted = _from_paste(lines, source, rules, context, assembled=bool(diagnoses))
+        if pasted is not None and (pasted.match.rule_id or not diagnoses):
+            diagnoses = [pasted] + diagnoses[1:]
+    return diagnoses
+
+
+def _from_paste(lines: list[str], source: str, rules, context, assembled: bool = False):
+    """A report's text with no assembled crash: the errors it quotes, else the text itself."""
+    from ..tracebacks.paste import paste_crashes
+
+    candidates = paste_crashes(lines, source, force=bool(assembled))
+    if not candidates:
+        return None
+    *mentions, whole = candidates
+    diagnosis = rules.diagnose(tuple(mentions), context) if mentions else None
+    if diagnosis is None or not diagnosis.match.rule_id:
+        described = rules.diagnose((whole,), context)
+        if described.match.rule_id or diagnosis is None:
+            diagnosis = described
+    # Words in a report are weaker evidence than a traceback the service printed.
+    note = ("from the errors the text quotes (no traceback assembled)" if diagnosis.crash is not whole
+            else "from the report's words alone (no error line found)")
+    return dataclasses.replace(diagnosis, confidence=round(diagnosis.confidence * 0.8, 2),
+                               notes=diagnosis.notes + (note,))
+
+
+def diagnose_file(path: str, rules, context) -> list:
+    """Diagnoses of every crash group in one log file (`-`: stdin), in log order."""
+    return diagnose_lines(_read_lines(path), "<stdin>" if path == "-" else path, rules, context)
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
@@ -122,11 +170,19 @@ def run_diagnose(args: argparse.Namespace) -> int:
             incidents = [{**incident_dict(d), **history(d.signature.fingerprint)} for d in diagnoses]
             print_json({"path": path, "incidents": incidents})
             continue
-        print(f"{path}: {len(diagnoses)} incident(s)" + ("" if context else " (no --config: category-level diagnosis)"))
+        print(f"{path}: {len(diagnoses)} incident(s)" + ("" if context else _context_note(path)))
         for number, diagnosis in enumerate(diagnoses, 1):
             print("\n".join(incident_text(number, diagnosis, args.explain)))
             print("\n".join(_history_text(history(diagnosis.signature.fingerprint))))
     return 0
+
+
+def _context_note(path: str) -> str:
+    from ..context.from_log import context_from_log
+
+    if context_from_log(_read_lines(path)) is not None:
+        return " (launch context from the log's own server_args)"
+    return " (no --config and no server_args in the log: category-level diagnosis)"
 
 
 def _history(state_dir: str | None):

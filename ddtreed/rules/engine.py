@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
-from typing import Collection, Iterable
+from typing import Any, Callable, Collection, Iterable
 
 from ..records import Crash, Explanation, RuleMatch, ServiceContext, Signature
+from .evidence import CrashEvidence
 from .loader import parse_files, rule_files
 from .model import CrashView, Rule, RuleIndex
 
 UNKNOWN_CATEGORY = "unknown"
+BUDGET_S = 2.0  # per distinct crash: past it, the best match so far decides (issue 16.3)
+
+
+@dataclass(frozen=True)
+class Outvoted:
+    """A rule that also matched but lost the decision, and why it lost."""
+
+    rule_id: str
+    category: str
+    priority: int
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -21,11 +34,35 @@ class Diagnosis:
     signature: Signature
     crash: Crash  # the representative crash: the most informative one, the one the match is on
     crashes: tuple[Crash, ...] = ()
-    explanations: list[Explanation] = field(default_factory=list)
+    explain_with: Callable[[], list[Explanation]] | None = field(default=None, repr=False, compare=False)
+    evidence: CrashEvidence | None = None
+    confidence: float = 0.0
+    outvoted: tuple[Outvoted, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def explanations(self) -> list[Explanation]:
+        """Why each rule did or did not match (built on request: it evaluates every rule)."""
+        cached = self.__dict__.get("_explanations")
+        if cached is None:
+            cached = self.explain_with() if self.explain_with is not None else []
+            object.__setattr__(self, "_explanations", cached)
+        return cached
 
     @property
     def ranks(self) -> list[str]:
         return sorted({crash.rank for crash in self.crashes if crash.rank})
+
+    @property
+    def phase(self) -> str | None:
+        return self.evidence.phase if self.evidence is not None else None
+
+    @property
+    def deciding(self) -> list:
+        """The evidence that speaks for the chosen category."""
+        if self.evidence is None:
+            return []
+        return self.evidence.support(self.match.category)
 
 
 def load_rules(dirs: Iterable[str | os.PathLike[str]],
@@ -63,39 +100,60 @@ class RuleSet:
     def get(self, rule_id: str) -> Rule | None:
         return self._by_id.get(rule_id)
 
-    def diagnose(self, crashes: tuple[Crash, ...], context: ServiceContext | None = None) -> Diagnosis:
-        """The best rule match over all crashes of the group, or category `unknown`."""
+    def diagnose(self, crashes: tuple[Crash, ...], context: ServiceContext | None = None,
+                 budget_s: float = BUDGET_S) -> Diagnosis:
+        """The best rule match over all crashes of the group, or category `unknown`.
+
+        The first cause wins over its echoes: a child's death or a warm-up request's connection
+        error that follow a real crash never decide while that crash is there."""
         from ..signature import signature_of
 
         if not crashes:
             raise ValueError("diagnose needs at least one crash")
         best: tuple | None = None
         seen: dict[tuple, tuple] = {}
+        echoes = _echo_test(crashes)
         for crash in crashes:
             key = (crash.kind, crash.exception, crash.message, crash.inner_message, crash.frames)
             if key not in seen:
                 # Ranks usually print the same error: evaluate each distinct one once.
-                seen[key] = self._best_for(crash, signature_of(crash), context)
-            signature, match, rule = seen[key]
-            score = self._score(match, rule, crash)
+                seen[key] = self._best_for(crash, signature_of(crash), context, budget_s)
+            signature, view, ranked, notes = seen[key]
+            match, rule = ranked[0] if ranked else (None, None)
+            score = (not echoes(crash, view),) + self._score(match, rule, crash)
             if best is None or score > best[0]:
-                best = (score, crash, signature, match)
-        _, crash, signature, match = best
-        explanations = self.explain(crash, signature, context)
+                best = (score, crash, signature, view, ranked, notes)
+        _, crash, signature, view, ranked, notes = best
+        match, rule = ranked[0] if ranked else (None, None)
         if match is None:
             match = _unknown(signature)
+        outvoted = tuple(_outvoted(rule, other_rule, other) for other, other_rule in ranked[1:]
+                         if other_rule.category != match.category)
         return Diagnosis(match=match, signature=signature, crash=crash, crashes=tuple(crashes),
-                         explanations=explanations)
+                         explain_with=lambda: self.explain(crash, signature, context),
+                         evidence=view.evidence, confidence=_confidence(rule, match, view, ranked),
+                         outvoted=_unique(outvoted), notes=notes)
 
-    def _best_for(self, crash: Crash, signature: Signature, context: ServiceContext | None):
+    def _best_for(self, crash: Crash, signature: Signature, context: ServiceContext | None,
+                  budget_s: float = BUDGET_S):
+        """(signature, view, [(match, rule)] best first, notes) for one crash."""
         view = CrashView.of(crash)
-        best_match, best_rule = None, None
-        for rule_id in self._index.candidates(view):
+        matches: list[tuple[Any, Rule]] = []
+        notes: tuple[str, ...] = ()
+        deadline = time.monotonic() + budget_s
+        candidates = sorted(self._index.candidates(view), key=lambda rule_id: -self._by_id[rule_id].priority)
+        for evaluated, rule_id in enumerate(candidates):
+            if time.monotonic() > deadline:
+                # Highest priorities were tried first, so what is decided is the best of them.
+                notes = (f"diagnosis time budget ({budget_s:g} s) spent after {evaluated} of "
+                         f"{len(candidates)} candidate rules; the best match so far decides",)
+                break
             rule = self._by_id[rule_id]
             match, _ = rule.evaluate(view, signature.params, context)
-            if match is not None and (best_rule is None or self._rank(rule, match) > self._rank(best_rule, best_match)):
-                best_match, best_rule = match, rule
-        return signature, best_match, best_rule
+            if match is not None:
+                matches.append((match, rule))
+        matches.sort(key=lambda pair: self._rank(pair[1], pair[0]), reverse=True)
+        return signature, view, matches, notes
 
     def _rank(self, rule: Rule, match: RuleMatch) -> tuple:
         # Priority first; then a context-precise match; then the more specific rule; then file order.
@@ -121,6 +179,65 @@ class RuleSet:
                     f"not a candidate: exception {types} not in {list(rule.conditions.exceptions)}",)))
         explanations.sort(key=lambda e: (e.rule_id not in candidates, not e.matched))
         return explanations
+
+
+def _echo_test(crashes: tuple[Crash, ...]):
+    """A predicate: is this crash an echo of another one in the group (not the first cause)?"""
+    causes = [c for c in crashes if c.kind in ("traceback", "error-line", "nccl-watchdog", "watchdog-timeout")]
+
+    def echo(crash: Crash, view: CrashView) -> bool:
+        if crash.kind in ("child-death", "killed"):
+            return bool(causes)  # the parent noticing a child that already printed why it died
+        evidence = view.evidence
+        if evidence is None:
+            return False
+        secondary = ("connection" in evidence.exception_families or "warm-up" in evidence.frame_families
+                     or "connection" in evidence.message_families and not evidence.message_families - {
+                         "connection", "timeout"})
+        return secondary and any(other is not crash and other.kind in ("traceback", "error-line")
+                                 and (other.first_line or 0) <= (crash.first_line or 0) for other in causes)
+    return echo
+
+
+def _confidence(rule: Rule | None, match: RuleMatch, view: CrashView, ranked) -> float:
+    """How sure: the kind of rule that decided, the independent evidence that agrees, the
+    strongest rival of another category."""
+    if rule is None:
+        return 0.0
+    if match.precise:
+        base = 0.9
+    elif rule.conditions.messages or rule.conditions.inner_message or rule.conditions.wrapper:
+        base = 0.7
+    elif rule.conditions.family_only:
+        base = 0.5
+    else:
+        base = 0.4  # frames, kinds or exit codes alone
+    agreeing = {item.kind for item in view.evidence.support(match.category)} if view.evidence else set()
+    score = base + 0.06 * len(agreeing)
+    rival = next((other_rule for _, other_rule in ranked[1:] if other_rule.category != match.category), None)
+    if rival is not None and rule.priority - rival.priority < 10:
+        score -= 0.15
+    return round(max(0.05, min(0.99, score)), 2)
+
+
+def _outvoted(winner: Rule | None, rule: Rule, match: RuleMatch) -> Outvoted:
+    if winner is None:
+        reason = "lower rank"
+    elif rule.priority < winner.priority:
+        reason = f"priority {rule.priority} < {winner.priority} of {winner.id}"
+    else:
+        reason = f"less specific or later than {winner.id}"
+    return Outvoted(rule.id, rule.category, rule.priority, reason)
+
+
+def _unique(outvoted: tuple[Outvoted, ...]) -> tuple[Outvoted, ...]:
+    seen: set[str] = set()
+    kept = []
+    for item in outvoted:
+        if item.category not in seen:
+            seen.add(item.category)
+            kept.append(item)
+    return tuple(kept)
 
 
 def _unknown(signature: Signature) -> RuleMatch:

@@ -11,6 +11,7 @@ from .engine import Diagnosis
 def incident_dict(diagnosis: Diagnosis) -> dict[str, Any]:
     """The `diagnose --json` incident object (keys scripts rely on come first)."""
     match, crash = diagnosis.match, diagnosis.crash
+    deciding = diagnosis.deciding
     return {
         "category": match.category,
         "rule_id": match.rule_id or None,
@@ -29,11 +30,27 @@ def incident_dict(diagnosis: Diagnosis) -> dict[str, Any]:
         "source": crash.source,
         "first_line": crash.first_line,
         "last_line": crash.last_line,
+        "confidence": diagnosis.confidence,
+        "phase": diagnosis.phase,
+        "evidence": [dict(item.as_dict(), decides=item in deciding)
+                     for item in (diagnosis.evidence.items if diagnosis.evidence else ())],
+        "outvoted": [{"rule_id": o.rule_id, "category": o.category, "reason": o.reason}
+                     for o in diagnosis.outvoted],
+        "last_error_line": last_error_line(crash),
+        "notes": list(diagnosis.notes),
     }
 
 
 def first_line(text: str) -> str:
     return text.splitlines()[0] if text else ""
+
+
+def last_error_line(crash) -> str:
+    """The service's final error line: the exception line as printed, else the line itself."""
+    message = first_line(crash.message)
+    if crash.exception:
+        return f"{crash.exception}: {message}"[:1000] if message else crash.exception
+    return message[:1000]
 
 
 def incident_text(number: int, diagnosis: Diagnosis, explain: bool = False) -> list[str]:
@@ -56,9 +73,31 @@ def incident_text(number: int, diagnosis: Diagnosis, explain: bool = False) -> l
         lines.append(f"  advice:     {match.advice}")
     for reference in match.references:
         lines.append(f"  reference:  {reference}")
+    lines.append(f"  confidence: {diagnosis.confidence:.2f}"
+                 + (f" (phase: {diagnosis.phase})" if diagnosis.phase else ""))
+    for note in diagnosis.notes:
+        lines.append(f"  note:       {note}")
     if explain:
+        lines.extend(evidence_text(diagnosis))
         lines.extend(signature_text(diagnosis))
         lines.extend(explanations_text(diagnosis.explanations))
+    return lines
+
+
+def evidence_text(diagnosis: Diagnosis) -> list[str]:
+    """Each piece of evidence, marked when it speaks for the decided category, then the rivals."""
+    lines = ["  evidence:"]
+    deciding = diagnosis.deciding
+    items = diagnosis.evidence.items if diagnosis.evidence else ()
+    for item in items:
+        mark = "decides" if item in deciding else "       "
+        lines.append(f"    {mark} {item.kind:<9} {item.family:<16} {item.detail[:140]}")
+    if not items:
+        lines.append("    (none beyond the rule's own match)")
+    rule = diagnosis.match.rule_id or "no rule"
+    lines.append(f"  decided:    {diagnosis.match.category} by {rule}, confidence {diagnosis.confidence:.2f}")
+    for rival in diagnosis.outvoted:
+        lines.append(f"  outvoted:   {rival.category} by {rival.rule_id} ({rival.reason})")
     return lines
 
 

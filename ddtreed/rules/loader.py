@@ -10,13 +10,23 @@ from typing import Any, Collection, Iterable
 
 from ..paths import untrusted
 from ..records import CATEGORIES, CRASH_KINDS  # CRASH_KINDS: the one list of kinds (records)
+from .evidence import EXCEPTION_FAMILIES, FRAME_FAMILIES, MESSAGE_FAMILIES, PHASES
 from .expression import ExpressionError, compile_expression
-from .model import CONTEXT_NAMES, CRASH_NAMES, Conditions, Rule, short_exception, template_fields
+from .model import (
+    CONTEXT_NAMES,
+    CRASH_NAMES,
+    Conditions,
+    Rule,
+    short_exception,
+    template_fields,
+)
+from .regex import PatternError, compile_rule_pattern
 
 REQUIRED = ("id", "category", "title", "meaning", "match", "diagnosis")
 OPTIONAL = ("when", "precise", "remediations", "advice", "sglang_versions", "references", "priority")
 MATCH_KEYS = ("kind", "exception", "message", "wrapper", "inner_exception", "inner_message",
-              "prefix", "frames", "frames_absent", "exit_code", "signal")
+              "prefix", "frames", "frames_absent", "exit_code", "signal", "phase", "frame_family",
+              "exception_family", "message_family")
 _ID = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
 _VERSION_CLAUSE = re.compile(r"\s*(>=|<=|==|<|>)\s*\d+(\.\d+)*(\.post\d+)?\s*\Z")
 
@@ -307,7 +317,19 @@ def _conditions(match: Any, where: _Where, problems: list[str]) -> tuple[Conditi
     for kind in kinds:
         if kind not in CRASH_KINDS:
             problems.append(where.at("kind", f"unknown crash kind {kind!r} (known: {', '.join(CRASH_KINDS)})", "match"))
+    families = {}
+    for key, known in (("phase", PHASES), ("frame_family", tuple(FRAME_FAMILIES)),
+                       ("exception_family", tuple(EXCEPTION_FAMILIES)),
+                       ("message_family", tuple(MESSAGE_FAMILIES))):
+        names = reader.names(key)
+        for name in names:
+            if name not in known:
+                problems.append(where.at(key, f"unknown {key.replace('_', ' ')} {name!r} "
+                                              f"(known: {', '.join(known)})", "match"))
+        families[key] = tuple(names)
     conditions = Conditions(
+        phases=families["phase"], frame_families=families["frame_family"],
+        exception_families=families["exception_family"], message_families=families["message_family"],
         kinds=tuple(kinds),
         exceptions=tuple(short_exception(n) for n in reader.names("exception")),
         messages=tuple(reader.regexes("message")), wrapper=reader.regex("wrapper"),
@@ -360,9 +382,9 @@ class _MatchReader:
 
     def _compile(self, key: str, pattern: str) -> re.Pattern[str] | None:
         try:
-            compiled = re.compile(pattern)
-        except re.error as error:
-            self._bad(key, f"bad regular expression {pattern!r}: {error}")
+            compiled = compile_rule_pattern(pattern)
+        except PatternError as error:
+            self._bad(key, str(error))
             return None
         self.groups.update(compiled.groupindex)
         return compiled

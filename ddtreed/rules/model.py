@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..records import Crash, Explanation, RuleMatch, ServiceContext
+from .evidence import CrashEvidence, gather
 from .expression import UNKNOWN, Expression
 
 CONTEXT_NAMES = frozenset(ServiceContext().variables())
@@ -37,13 +38,15 @@ class CrashView:
     crash: Crash
     errors: tuple[ErrorText, ...]
     frames: tuple[str, ...]  # "module:function" over the crash and its causes
+    evidence: CrashEvidence | None = None
 
     @classmethod
     def of(cls, crash: Crash) -> "CrashView":
         errors: list[ErrorText] = []
         frames: list[str] = []
         _collect(crash, "final", errors, frames)
-        return cls(crash=crash, errors=tuple(errors), frames=tuple(frames))
+        return cls(crash=crash, errors=tuple(errors), frames=tuple(frames),
+                   evidence=gather(crash, errors, frames))
 
     @property
     def exception_keys(self) -> set[str | None]:
@@ -75,20 +78,31 @@ class Conditions:
     frames_absent: tuple[re.Pattern[str], ...] = ()  # none may match any frame
     exit_codes: tuple[int, ...] = ()
     signals: tuple[int, ...] = ()
+    phases: tuple[str, ...] = ()  # any of them: the phase the service was in
+    frame_families: tuple[str, ...] = ()  # each key: any of its families present
+    exception_families: tuple[str, ...] = ()
+    message_families: tuple[str, ...] = ()
 
     @property
     def weight(self) -> int:
         """How many conditions: the more specific rule wins a priority tie."""
         counted = (self.kinds, self.exceptions, self.messages, self.wrapper, self.inner_exceptions,
-                   self.inner_message, self.prefix, self.exit_codes, self.signals)
+                   self.inner_message, self.prefix, self.exit_codes, self.signals, self.phases,
+                   self.frame_families, self.exception_families, self.message_families)
         return sum(1 for value in counted if value) + len(self.frames) + len(self.frames_absent)
+
+    @property
+    def family_only(self) -> bool:
+        """Matches by families and phase alone: outranked by any rule naming a wording."""
+        return not (self.exceptions or self.messages or self.wrapper or self.inner_exceptions
+                    or self.inner_message or self.prefix or self.frames)
 
     def test(self, view: CrashView) -> tuple[bool, list[str], dict[str, Any]]:
         """(held, reasons, params captured by named groups)."""
         reasons: list[str] = []
         params: dict[str, Any] = {}
         crash = view.crash
-        for check in (self._kind, self._error, self._wrapper, self._inner, self._prefix,
+        for check in (self._kind, self._families, self._error, self._wrapper, self._inner, self._prefix,
                       self._frames, self._exit):
             held, reason = check(crash, view, params)
             reasons.append(reason)
@@ -101,6 +115,23 @@ class Conditions:
             return True, ""
         held = crash.kind in self.kinds
         return held, f"kind {crash.kind!r} {'in' if held else 'not in'} {list(self.kinds)}"
+
+    def _families(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
+        evidence = view.evidence
+        if evidence is None or not (self.phases or self.frame_families or self.exception_families
+                                    or self.message_families):
+            return True, ""
+        shown = []
+        for wanted, kind in ((self.phases, "phase"), (self.frame_families, "frames"),
+                             (self.exception_families, "exception"), (self.message_families, "message")):
+            if not wanted:
+                continue
+            have = evidence.families(kind)
+            hit = sorted(have & set(wanted))
+            if not hit:
+                return False, f"{kind} family {sorted(have) or '(none)'} not in {list(wanted)}"
+            shown.append(f"{kind} {', '.join(hit)}")
+        return True, "evidence: " + "; ".join(shown)
 
     def _error(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
         if not self.exceptions and not self.messages:
@@ -174,7 +205,7 @@ class Conditions:
         return held, f"exit code {code} {'matches' if held else 'does not match'}"
 
 
-CRASH_NAMES = frozenset({"exit_code", "signal"})
+CRASH_NAMES = frozenset({"exit_code", "signal", "phase", "captured_graph", "graph_tokens_per_req"})
 
 
 def crash_values(crash: Crash) -> dict[str, Any]:
@@ -224,7 +255,8 @@ class Rule:
         held, reasons, captured = self.conditions.test(view)
         if not held:
             return None, Explanation(self.id, False, tuple(reasons))
-        values = {**crash_values(view.crash), **params, **captured}
+        evidence = view.evidence.variables() if view.evidence is not None else {}
+        values = {**crash_values(view.crash), **evidence, **params, **captured}
         names = {**(context.variables() if context else {}), **values}
         precise = False
         if self.when is not None:

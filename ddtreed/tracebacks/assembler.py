@@ -8,7 +8,7 @@ lines of a traceback in progress) get per-line Python work.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import structlog
 
@@ -35,6 +35,7 @@ class _SourceState:
     torch_rank: str | None = None  # from torch's `[rank3]:` prefixes
     recent: deque = field(default_factory=lambda: deque(maxlen=4))  # unclaimed notable lines
     overflowed: bool = False  # warned once that headers without bodies piled up
+    milestone: str | None = None  # the last start-up milestone line seen (which phase we are in)
 
     @property
     def busy(self) -> bool:
@@ -65,10 +66,16 @@ class Assembler:
         if state is None:
             state = self._states[chunk.source] = _SourceState()
         text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
+        if "\x1b" in text:
+            # Coloured output (Python 3.13 tracebacks, rich loggers): parse it as the plain text.
+            lines = tuple(grammar.strip_ansi(line) for line in chunk.lines)
+            text = "\n".join(lines)
+            chunk = replace(chunk, lines=lines, text=text if chunk.text is not None else None)
         if not state.busy and not _may_matter(chunk, text):
             return  # the fast path: a few C-level scans, no per-line work
         previous = -1
-        for index in _interesting_lines(text):
+        every_line = _level_open(state) or ("ERROR: Traceback" in text or "ERROR:    Traceback" in text)
+        for index in (range(len(chunk.lines)) if every_line else _interesting_lines(text)):
             if index > previous + 1:
                 self._ordinary(state, chunk.received_at)
             self._line(state, chunk, index)
@@ -104,10 +111,22 @@ class Assembler:
     def _line(self, state: _SourceState, chunk: LogChunk, index: int) -> None:
         text = chunk.lines[index]
         number = chunk.first_number + index
+        if text[:1] not in ("[", " ", "\t", ""):
+            container = grammar.CONTAINER_PREFIX.match(text)
+            if container:  # `sglang-1  | …` (compose) or `2026-…Z stderr F …` (CRI): the line is after it
+                text = text[container.end():]
         timestamp, rank, body = grammar.parse_line(text)
         if timestamp is not None:
-            self._tagged(state, chunk, index, rank, body)
-            return
+            continued = _level_continuation(state, body)
+            if continued is None:
+                self._tagged(state, chunk, index, rank, body)
+                return
+            body = continued  # a logger that puts `[ts] ERROR: ` before every line of a traceback
+        if body.startswith("[rank"):
+            torch_rank = grammar.TORCH_RANK_PREFIX.match(body)
+            if torch_rank:  # torchrun's `[rank3]:` on every line of that rank's output
+                state.torch_rank = f"rank{torch_rank.group('rank')}"
+                body = body[torch_rank.end():]
         if state.pyspy is not None and self._feed_pyspy(state, body, number, chunk.received_at):
             return
         while state.open:
@@ -125,13 +144,17 @@ class Assembler:
     def _tagged(self, state: _SourceState, chunk: LogChunk, index: int, rank, body: str) -> None:
         now, number = chunk.received_at, chunk.first_number + index
         self._ordinary(state, now)
+        if _is_milestone(body):
+            state.milestone = body.strip()[:300]
+            return
         if body.endswith(grammar.TRACEBACK_HEADER):
             prefix = body[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
             context = tuple(line for line in chunk.lines[max(0, index - CONTEXT_LOOKBACK):index]
                             if grammar.TRACEBACK_HEADER not in line and grammar.DEVICE_ASSERT not in line
                             and any(word in line for word in grammar.CONTEXT_WORDS))
             self._open(state, Builder("traceback", chunk.source, rank, prefix, number, now,
-                                      context=tuple(state.recent) + context), chunk.lines[index])
+                                      context=tuple(state.recent) + context + _phase(state)),
+                       chunk.lines[index])
             return
         if grammar.WATCHDOG_TIMEOUT.search(body):
             builder = Builder("watchdog-timeout", chunk.source, rank, None, number, now, state=PYSPY)
@@ -147,8 +170,12 @@ class Assembler:
                 self._crash(Crash(kind="child-death", exception=None, message=body.strip(), rank=rank,
                                   exit_code=int(match.group("code")), source=chunk.source,
                                   first_line=number, last_line=number, detected_at=now,
-                                  excerpt=(chunk.lines[index],)), now)
+                                  excerpt=(chunk.lines[index],), context=_phase(state)), now)
                 return
+        fatal = grammar.fatal_line(body)
+        if fatal:
+            self._fatal(state, chunk, number, rank, fatal, chunk.lines[index])
+            return
         if grammar.SIGQUIT.search(body):
             self._activity(now).add_sigquit(body.strip(), chunk.source, number)
 
@@ -161,17 +188,41 @@ class Assembler:
         if state.open and state.open[0].state != HEADER:
             self._finish(state, state.open[0], now)
 
+    def _fatal(self, state: _SourceState, chunk: LogChunk, number: int, rank, fatal, raw: str) -> None:
+        label, message = fatal
+        now = chunk.received_at
+        crash = Crash(kind="nccl-watchdog" if label == "NCCL watchdog" else "error-line", exception=None,
+                      message=message, rank=rank or state.torch_rank, prefix=label, source=chunk.source,
+                      first_line=number, last_line=number, detected_at=now, excerpt=(raw,),
+                      context=tuple(state.recent) + _phase(state))
+        if label in ("NCCL watchdog", "TCPStore"):
+            # Often the prelude of a C++ abort whose what() says the same: kept only without one.
+            self._activity(now).add_nccl(crash)
+        else:
+            self._crash(crash, now)
+
     def _feed_builder(self, builder: Builder, body: str, number: int, now: float) -> str:
         stripped = body.strip()
         state = builder.state
+        after_frame, builder.after_frame = builder.after_frame, False
         if state in (HEADER, FRAMES, CHAIN):
             frame = grammar.FRAME.match(body)
             if frame:
                 builder.add_frame(frame)
+                builder.after_frame = True
             elif not stripped or stripped == grammar.TRACEBACK_HEADER:
                 builder.state = FRAMES if state == FRAMES else HEADER
+            elif grammar.ELISION.match(stripped):
+                pass  # `...` or `[... 12 lines omitted ...]` where the reporter cut frames
             elif state == FRAMES and body[:1] in (" ", "\t"):
-                pass  # the source line under a frame, or 3.11+ caret markers
+                if after_frame:
+                    builder.last_source = stripped[:500]  # the source line under a frame
+                # else 3.11+ caret markers
+            elif state == FRAMES and (_carets(stripped) or (after_frame and _source_line(stripped))):
+                if after_frame:
+                    builder.last_source = stripped[:500]  # the same, from a paste that lost its indentation
+            elif state == FRAMES and grammar.fatal_line(stripped):
+                return FINISH  # `Fatal Python error: …` after faulthandler's frames: its own crash
             elif state == FRAMES:
                 builder.set_exception(*grammar.split_exception(stripped, strict=False))
             elif state == HEADER and grammar.split_exception(stripped, strict=True):
@@ -202,12 +253,14 @@ class Assembler:
         if stripped.endswith(grammar.TRACEBACK_HEADER):
             prefix = stripped[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
             self._open(state, Builder("traceback", chunk.source, state.torch_rank, prefix, number, now,
-                                      context=tuple(state.recent)), body)
+                                      context=tuple(state.recent) + _phase(state)), body)
             return
         frame = grammar.FRAME.match(body)
         if frame:
-            builder = Builder("traceback", chunk.source, None, None, number, now, orphan=True)
+            builder = Builder("traceback", chunk.source, state.torch_rank, None, number, now, orphan=True,
+                              context=_phase(state))
             builder.add_frame(frame)
+            builder.after_frame = True
             self._open(state, builder, body)
             return
         if grammar.DEVICE_ASSERT in body:
@@ -221,6 +274,18 @@ class Assembler:
         torch_rank = grammar.TORCH_RANK.match(stripped)
         if torch_rank:
             state.torch_rank = f"rank{torch_rank.group('rank')}"
+        if _is_milestone(stripped):
+            state.milestone = stripped[:300]  # a paste without the log prefix
+            return
+        fatal = grammar.fatal_line(stripped)
+        argparse_error = grammar.ARGPARSE_ERROR.match(stripped) if ": error: " in stripped else None
+        native = state.terminate is not None and grammar.WHAT.match(body)
+        if fatal and not native and not grammar.TERMINATE.search(body) and not grammar.NCCL_TIMEOUT.search(body):
+            self._fatal(state, chunk, number, None, fatal, body)
+            return
+        if argparse_error:
+            self._fatal(state, chunk, number, None, ("usage error", stripped), body)
+            return
         terminate = grammar.TERMINATE.search(body)
         what = grammar.WHAT.match(body)
         nccl = grammar.NCCL_TIMEOUT.search(body)
@@ -233,7 +298,8 @@ class Assembler:
             kind = "nccl-watchdog" if "atchdog" in message else "traceback"
             self._crash(Crash(kind=kind, exception=exception, message=message, rank=rank,
                               source=chunk.source, first_line=number, last_line=number,
-                              detected_at=now, excerpt=(body,), context=tuple(state.recent)), now)
+                              detected_at=now, excerpt=(body,),
+                              context=tuple(state.recent) + _phase(state)), now)
             self._group.native_sources.add(chunk.source)
             state.terminate = None
         elif nccl:
@@ -246,7 +312,7 @@ class Assembler:
             self._crash(Crash(kind="traceback", exception=exception, message=message,
                               rank=state.torch_rank, source=chunk.source, first_line=number,
                               last_line=number, detected_at=now, excerpt=(body,),
-                              context=tuple(state.recent)), now)
+                              context=tuple(state.recent) + _phase(state)), now)
         elif any(word in body for word in grammar.CONTEXT_WORDS):
             state.recent.append(stripped[:500])
 
@@ -325,6 +391,45 @@ class Assembler:
         group.add_crash(crash)
 
 
+_LEVELS = ("ERROR", "WARNING", "CRITICAL")
+
+
+def _level_open(state: _SourceState) -> bool:
+    return bool(state.open) and state.open[0].prefix in _LEVELS
+
+
+def _level_continuation(state: _SourceState, body: str) -> str | None:
+    """The rest of `ERROR:   File …` when the open traceback began as `ERROR: Traceback …`."""
+    if not _level_open(state):
+        return None
+    level = state.open[0].prefix + ":"
+    if not body.startswith(level):
+        return None
+    rest = body[len(level):]
+    return rest.removeprefix(" ")
+
+
+def _is_milestone(body: str) -> bool:
+    return (any(needle in body for needle in grammar.MILESTONE_NEEDLES) and "Traceback" not in body
+            and grammar.MILESTONE.match(body.strip()) is not None)
+
+
+def _phase(state: _SourceState) -> tuple[str, ...]:
+    """The last milestone before a crash, as a context line (evidence of the phase it died in)."""
+    return (grammar.MILESTONE_MARK + state.milestone,) if state.milestone else ()
+
+
+def _carets(stripped: str) -> bool:
+    return bool(stripped) and not stripped.strip("^~ ")
+
+
+def _source_line(stripped: str) -> bool:
+    """A line right after a frame that cannot be an exception line: the frame's source code."""
+    if stripped in grammar.SOURCE_WORDS or stripped.split(" ", 1)[0] in ("raise", "return", "assert", "await"):
+        return True
+    return grammar.EXCEPTION.match(stripped) is None
+
+
 def _may_matter(chunk: LogChunk, text: str) -> bool:
     """False only when no line of the chunk can need per-line work; may say True needlessly."""
     if chunk.text is not None:
@@ -335,9 +440,8 @@ def _may_matter(chunk: LogChunk, text: str) -> bool:
             return True
     elif text[:1] != "[" or not text[1:2].isdigit() or grammar.UNTAGGED.search(text):
         return True
-    if not any(sentinel in text for sentinel in grammar.NEEDLE_SENTINELS):
-        return False
-    return any(needle in text for needle in grammar.TAGGED_NEEDLES)
+    return any(sentinel in text and any(needle in text for needle in needles)
+               for sentinel, needles in grammar.NEEDLES_BY_SENTINEL)
 
 
 def _interesting_lines(text: str) -> list[int]:
@@ -345,11 +449,14 @@ def _interesting_lines(text: str) -> list[int]:
     positions = [match.start() + 1 for match in grammar.UNTAGGED.finditer(text)]
     if text[:1] != "[" or not text[1:2].isdigit():
         positions.insert(0, 0)
-    for needle in grammar.TAGGED_NEEDLES:
-        found = text.find(needle)
-        while found >= 0:
-            positions.append(found)
-            found = text.find(needle, found + 1)
+    for sentinel, needles in grammar.NEEDLES_BY_SENTINEL:
+        if sentinel not in text:
+            continue
+        for needle in needles:
+            found = text.find(needle)
+            while found >= 0:
+                positions.append(found)
+                found = text.find(needle, found + 1)
     positions.sort()
     indices: list[int] = []
     line, cursor = 0, 0
@@ -359,6 +466,34 @@ def _interesting_lines(text: str) -> list[int]:
         if not indices or indices[-1] != line:
             indices.append(line)
     return indices
+
+
+def unreverse(lines: list[str]) -> list[str]:
+    """A paste in newest-line-first order (exception line on top, the `Traceback` header at the
+    bottom) put back in the order Python prints it. Other text is returned as it was."""
+    header = grammar.TRACEBACK_HEADER
+    if not any(line.rstrip().endswith(header) for line in lines):
+        return lines
+    result = list(lines)
+    for index, line in enumerate(lines):
+        if not line.rstrip().endswith(header):
+            continue
+        after = next((text for text in lines[index + 1:index + 4] if text.strip()), "")
+        if grammar.FRAME.match(grammar.strip_ansi(after)):
+            continue  # the usual order
+        start, frames = index, 0
+        while start > 0:
+            above = grammar.strip_ansi(lines[start - 1])
+            if grammar.FRAME.match(above):
+                frames += 1
+            elif above.strip() and not above[:1].isspace() and not grammar.ELISION.match(above.strip()):
+                if grammar.split_exception(above.strip(), strict=True) is not None and frames:
+                    start -= 1
+                break
+            start -= 1
+        if frames and start < index:
+            result[start:index + 1] = lines[start:index + 1][::-1]
+    return result
 
 
 def assemble_lines(lines, source: str = "<lines>", batch: int = 4096) -> list[tuple[Crash, ...]]:

@@ -46,6 +46,8 @@ class Builder:
     last_line: int = 0
     context: tuple[str, ...] = ()
     lines: int = 0
+    after_frame: bool = False  # the previous line was a frame: the next may be its source line
+    last_source: str = ""  # the source line under the innermost frame (`raise ValueError(…`)
 
     def touch(self, number: int, text: str, now: float) -> None:
         self.last_line, self.last_activity = number, now
@@ -57,6 +59,7 @@ class Builder:
         function = match.group("function") or "<unknown>"
         self.segments[-1].frames.append(Frame(file=match.group("file"), line=int(match.group("line")),
                                               function=function.strip()))
+        self.last_source = ""
         if not pyspy:
             self.state = FRAMES
 
@@ -83,14 +86,22 @@ class Builder:
         if last.exception is None and not last.message and earlier:
             *earlier, last = earlier  # a chain marker with nothing after it
         chained = tuple(_segment_crash(s, self) for s in earlier)
+        exception = last.exception
         message = "\n".join(last.message) if last.message else _incomplete(self)
+        if exception is None and not last.message and self.kind == "traceback":
+            # Cut off (a paste, a truncated log) after the innermost frame: its `raise X(…)` or
+            # `assert …` line still names the exception.
+            raised = grammar.RAISE.match(self.last_source)
+            if raised:
+                exception = raised.group("type") or "AssertionError"
+                message = (raised.group("message") or "").strip() or message
         wrapper, inner_exception, inner_message = grammar.split_wrapper(message.split("\n", 1)[0])
         if wrapper and inner_exception is None and chained and inner_message:
             # `Capture cuda graph failed: <msg>` raised while handling the real error: name its type.
             if chained[-1].message.split("\n", 1)[0].strip() == inner_message.strip():
                 inner_exception = chained[-1].exception
         return Crash(
-            kind=self.kind, exception=last.exception, message=message, frames=tuple(last.frames),
+            kind=self.kind, exception=exception, message=message, frames=tuple(last.frames),
             rank=self.rank, prefix=self.prefix, wrapper=wrapper, inner_exception=inner_exception,
             inner_message=inner_message, chained=chained, source=self.source,
             first_line=self.first_line, last_line=self.last_line or self.first_line,

@@ -17,13 +17,14 @@ CHAIN_MARKERS = (
     "During handling of the above exception, another exception occurred:",
     "The above exception was the direct cause of the following exception:",
 )
-FRAME = re.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<function>.*))?$')
+# `line398` (no space) and faulthandler's `line 12 in f` (no comma) appear in real pastes.
+FRAME = re.compile(r'\s*File "(?P<file>[^"]*)", line ?(?P<line>\d+)(?:,? in (?P<function>.*))?$')
 PYSPY_FRAME = re.compile(r"\s+(?P<function>\S+) \((?P<file>[^()]+?):(?P<line>\d+)\)$")
 # `ValueError: msg`, `zmq.error.ZMQError: msg`, `AssertionError` (inside a traceback any
 # unindented line is the exception line; outside one only an Error/Exception name counts).
 EXCEPTION = re.compile(r"(?P<type>[A-Za-z_][\w.]*(?:::\w+)*)(?::(?: (?P<message>.*))?)?$")
 STANDALONE_EXCEPTION = re.compile(
-    r"(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<message>.+)$"
+    r"(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception)): (?P<message>.+)$"
 )
 WRAPPER = re.compile(r"(?P<wrapper>Capture (?:[\w ]+ )?cuda graph failed):\s*(?P<inner>.*)$",
                      re.IGNORECASE)
@@ -39,26 +40,109 @@ WHAT = re.compile(r"\s*what\(\):\s+(?P<message>.*)$")
 TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
 NCCL_TIMEOUT = re.compile(r"\] (?P<message>\[(?:PG [^\]]*)?Rank \d+\] Watchdog caught collective operation timeout.*)$")
 DEVICE_ASSERT = "Assertion `"
+# Python 3.13 colours tracebacks (file names, line numbers, exception names): SGR and other CSI codes.
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# Prefixes container runtimes put before every line: docker compose's `sglang-1  | ` and the CRI
+# log format's `2026-03-24T12:06:12.101062401+08:00 stderr F `.
+CONTAINER_PREFIX = re.compile(r"(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] "
+                              r"|[\w.-]{1,40} {0,8}\| ?)")
+# A `[rank3]:` prefix torchrun puts on every line of a rank's output.
+TORCH_RANK_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
+# Lines a reporter (or a tool) put in place of frames: `...`, `[... 12 lines omitted ...]`.
+ELISION = re.compile(
+    r"(?:\.{3,}|…+|\[\s*(?:\.\.\.|…)[^\]]*\]|<\s*(?:\.\.\.|…|truncated|snip)[^>]*>|"
+    r"\((?:\.\.\.|…|truncated|omitted)[^)]*\)|\.\.\. ?\(?\d+ (?:more )?(?:lines?|frames?)[^\n]*|"
+    r"(?:\.\.\.|…)? ?\(?(?:truncated|omitted|snip(?:ped)?)\)?[^\n]{0,40})$", re.IGNORECASE)
+# The innermost frame's source line when the exception line was cut off.
+RAISE = re.compile(r"(?:raise (?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\(?(?P<message>.*)|assert .*)$")
+# Python keywords alone on a line: the source line under a frame whose indentation was lost.
+SOURCE_WORDS = frozenset({"raise", "return", "pass", "break", "continue", "yield", "else:", "try:",
+                          "finally:"})
+# Fatal lines outside any traceback: the process dies (or is dying) and prints no Python
+# exception. (label, pattern); the label becomes the crash's exception so rules can name it.
+FATAL_LINES = (
+    ("Fatal Python error", re.compile(r"Fatal Python error: (?P<message>.+)$")),
+    ("fatal signal", re.compile(r"^(?P<message>Current thread 0x[0-9a-fA-F]+ \(most recent call first\):)$")),
+    ("Memory access fault", re.compile(r"(?P<message>Memory access fault by GPU.*)$")),
+    ("HSA error", re.compile(r"(?P<message>(?:HSA_STATUS_ERROR_\w+|hipError\w+)\b.*)$")),
+    ("bind error", re.compile(r"(?P<message>\[Errno 98\].*|.*error while attempting to bind on address.*)$")),
+    ("SWA Pool Mem Leak", re.compile(r"(?P<message>SWA Pool Mem Leak Detected!?.*)$")),
+    ("KV pool", re.compile(r"(?P<message>max_total_tokens=\d+ is larger than the profiled value -\d+.*)$")),
+    ("GPU hardware error", re.compile(
+        r"(?P<message>.*(?:NVRM: Xid \(|\bXid \d+\b|uncorrectable ECC error|GPU has fallen off the bus|"
+        r"cudaErrorECCUncorrectable).*)$")),
+    ("fatal signal", re.compile(
+        r"(?P<message>(?:Segmentation fault|Bus error|Aborted)(?: \(core dumped\))?|"
+        r"(?:\*\*\* Error in `[^`]*': )?(?:double free or corruption|free\(\): invalid \w+|corrupted size vs\. prev_size)\b.*|"
+        r".*\*\*\* (?:SIGSEGV|SIGABRT|SIGBUS|SIGFPE|SIGILL)\b.*|.*[Cc]aught signal \d+ \(\w.*)$")),
+    ("TCPStore", re.compile(r"(?P<message>.*TCPStore\b.*(?:[Bb]roken pipe|[Cc]onnection (?:reset|refused)|"
+                            r"failed|timed out|[Tt]imeout).*)$")),
+    ("NCCL watchdog", re.compile(r"(?P<message>.*(?:watchdog got stuck|Watchdog caught collective operation "
+                                 r"timeout|Heartbeat monitor timed out).*)$")),
+)
+FATAL_NEEDLES = ("Fatal Python error", "Current thread 0x", "the profiled value -", "double free or corruption",
+                 "free(): invalid", "corrupted size vs. prev_size", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
+                 "attempting to bind on address", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
+                 "fallen off the bus", "Segmentation fault", "*** SIG", "TCPStore", "NCCL's watchdog got stuck",
+                 "Heartbeat monitor timed out", "Caught signal", "Watchdog caught collective")
+# argparse's last line: `sglang serve: error: unrecognized arguments: --x` (exit 2, no traceback).
+ARGPARSE_ERROR = re.compile(
+    r"(?P<prog>[\w./ -]{1,80}?): error: (?P<message>(?:unrecognized arguments|argument -|the following "
+    r"arguments are required|invalid choice|ambiguous option|expected one argument)[^\n]*)$")
+# The milestones that tell which phase a crash happened in; the last one before it is kept.
+MILESTONE_NEEDLES = ("Init torch distributed begin", "Load weight begin", "Load weight end",
+                     "KV Cache is allocated", "Memory pool end", "Capture cuda graph", "CUDA graph begin",
+                     "CUDA graph end", "max_total_num_tokens=", "fired up and ready to roll")
+MILESTONE = re.compile(r"(?:Init torch distributed begin|Load weight (?:begin|end)|KV Cache is allocated|"
+                       r"Memory pool end|Capture [\w ]*?graph (?:begin|end)|max_total_num_tokens=|"
+                       r"The server is fired up and ready to roll)", re.IGNORECASE)
+MILESTONE_MARK = "last milestone: "
 CONTEXT_WORDS = ("rror", "ailed", "arning", "xception")
 
 # Needles whose presence in a chunk means a tagged line may matter; untagged lines are found
 # separately (`UNTAGGED`). Long needles: CPython's substring search skips faster with them.
+_RARE = "mxzjqvyIKCEFHLMSWX"
 TAGGED_NEEDLES = (
     "Traceback (most recent call last):",  # every traceback header
     "It usually means",  # both SIGQUIT wordings of the main process
     "crashed with exit code",
     "died during initialization (exit code:",
     "atchdog timeout (self.watchdog_timeout=",
+    # Only needles holding a letter progress lines lack: the others ('fallen off the bus', glibc's
+    # 'double free') are printed untagged, and untagged lines always get per-line work.
+    *(needle for needle in FATAL_NEEDLES if any(c in needle for c in _RARE)),
+    *MILESTONE_NEEDLES,
+    "\x1b[",  # a coloured line: stripped before anything else looks at it
 )
 # Letters that decode/prefill progress lines and their `[2026-… DP0 TP3]` prefix never hold: for
 # each needle the first of them it contains (its own first letter failing that). A chunk without
 # any sentinel cannot hold a needle, and one memchr per sentinel is ~30x cheaper than the needles.
-_RARE = "mxzjqvyIK"
-NEEDLE_SENTINELS = tuple(sorted({next((c for c in _RARE if c in needle), needle[0])
-                                 for needle in TAGGED_NEEDLES}))
+def _sentinel(needle: str) -> str:
+    return next((c for c in _RARE if c in needle), needle[0])
+
+
+NEEDLE_SENTINELS = tuple(sorted({_sentinel(needle) for needle in TAGGED_NEEDLES}))
+# Needles grouped by their sentinel: a chunk without the sentinel skips the group's searches.
+NEEDLES_BY_SENTINEL = tuple((sentinel, tuple(n for n in TAGGED_NEEDLES if _sentinel(n) == sentinel))
+                            for sentinel in NEEDLE_SENTINELS)
 # A line that does not start like `[2026-…`: continuation lines, frames, device asserts, C++
 # aborts, NCCL `[rank3]:` lines, Ray-prefixed lines.
 UNTAGGED = re.compile(r"\n(?!\[\d)")
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI.sub("", text) if "\x1b" in text else text
+
+
+def fatal_line(body: str) -> tuple[str, str] | None:
+    """(label, message) when a line outside a traceback announces a fatal failure."""
+    if not any(needle in body for needle in FATAL_NEEDLES):
+        return None
+    for label, pattern in FATAL_LINES:
+        found = pattern.search(body)
+        if found:
+            return label, found.group("message").strip()
+    return None
 
 
 def parse_line(text: str) -> tuple[str | None, str | None, str]:

@@ -1,0 +1,98 @@
+"""Rule regexes run in linear time: compiled by RE2, and linted for shapes that would not be.
+
+RE2 (google-re2) guarantees time linear in the text for every pattern it accepts, so a 64 KB
+crash message costs a rule what a short one costs, times its length. It refuses what only a
+backtracking engine can do (look-arounds, back-references); `rules check` names the field. The
+lint also rejects nested quantifiers such as `(a+)+`: harmless under RE2, but the shape that
+hangs every backtracking engine, so a rule that carries one is a rule copied somewhere unsafe.
+"""
+
+from __future__ import annotations
+
+import re
+
+try:  # pragma: no cover - the import itself is what is being chosen
+    import re2 as _re2
+except ImportError:  # pragma: no cover - google-re2 is a declared dependency
+    _re2 = None
+
+try:
+    from re import _constants as _sre_constants
+    from re import _parser as _sre_parse  # Python 3.11+
+except ImportError:  # pragma: no cover
+    import sre_constants as _sre_constants  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
+MAXREPEAT = _sre_constants.MAXREPEAT
+_REPEATS = (_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT)
+_POSSESSIVE = getattr(_sre_constants, "POSSESSIVE_REPEAT", None)
+if _POSSESSIVE is not None:
+    _REPEATS = _REPEATS + (_POSSESSIVE,)
+ENGINE = "re2" if _re2 is not None else "re"
+
+
+class PatternError(ValueError):
+    """A rule pattern that is invalid, or not guaranteed to run in linear time."""
+
+
+def _options():
+    options = _re2.Options()
+    options.log_errors = False  # RE2 would print its own parse errors on stderr
+    return options
+
+
+def lint(pattern: str) -> str | None:
+    """Why `pattern` is not allowed in a rule (one sentence), or None when it is fine."""
+    try:
+        parsed = _sre_parse.parse(pattern)
+    except re.error as error:
+        return f"bad regular expression {pattern!r}: {error}"
+    nested = _nested_quantifier(list(parsed), False)
+    if nested:
+        return (f"pattern {pattern!r} nests a quantifier inside a repeated group ({nested}): "
+                f"it can take exponential time on a backtracking engine; rewrite it without "
+                f"the outer repetition")
+    return None
+
+
+def _nested_quantifier(items: list, inside_repeat: bool) -> str | None:
+    for op, arguments in items:
+        if op in _REPEATS:
+            _low, high, body = arguments
+            repeats = high == MAXREPEAT or high > 1
+            if repeats and inside_repeat:
+                return "a repetition inside a repetition"
+            found = _nested_quantifier(list(body), inside_repeat or repeats)
+            if found:
+                return found
+        elif op == _sre_constants.SUBPATTERN:
+            found = _nested_quantifier(list(arguments[-1]), inside_repeat)
+            if found:
+                return found
+        elif op == _sre_constants.BRANCH:
+            for branch in arguments[1]:
+                found = _nested_quantifier(list(branch), inside_repeat)
+                if found:
+                    return found
+        elif op in (_sre_constants.ASSERT, _sre_constants.ASSERT_NOT):
+            found = _nested_quantifier(list(arguments[1]), inside_repeat)
+            if found:
+                return found
+    return None
+
+
+def compile_rule_pattern(pattern: str):
+    """A compiled pattern (RE2 when available) with `.search`, `.pattern`, `.groupindex`."""
+    problem = lint(pattern)
+    if problem:
+        raise PatternError(problem)
+    if _re2 is None:  # pragma: no cover - only without the declared dependency
+        return re.compile(pattern)
+    try:
+        return _re2.compile(pattern, _options())
+    except _re2.error as error:
+        detail = error.args[0].decode("utf-8", "replace") if error.args and isinstance(
+            error.args[0], bytes) else str(error)
+        raise PatternError(
+            f"pattern {pattern!r} is not supported by the linear-time engine (RE2): {detail} "
+            f"(look-arounds and back-references are not allowed in rules)") from None

@@ -1,0 +1,102 @@
+"""Crashes from a pasted report that holds no assembled traceback: the offline `diagnose` of an
+issue text, where the error is quoted in prose, in backticks, or as a lone line.
+
+Only for offline diagnosis, and only when the text is not an ordinary SGLang log (a healthy log
+mentions errors too: `Ignore import error …` is not a crash). Each exception-shaped mention
+becomes a candidate crash; the rules and the engine's ranking choose among them. When nothing is
+exception-shaped, the text itself is the last candidate, so message families can still speak.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..records import Crash, Frame
+from . import grammar
+
+# `torch.OutOfMemoryError: CUDA out of memory …` anywhere in a line (inside backticks, after prose).
+_MENTION = re.compile(
+    r"(?<![\w.])(?P<type>(?:[A-Za-z_]\w*\.){0,4}(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning)|Exception)"
+    r"|c10::\w+|AssertionError)(?:\((?P<args>[^()\n]{0,200})\))?(?::[ \t]*(?P<message>[^\n`]{0,1500}))?")
+_TAGGED = re.compile(r"\s*\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
+MAX_CANDIDATES = 8
+MAX_TEXT = 16_384
+
+
+_ARGPARSE_ANYWHERE = re.compile(r"(?P<message>[\w./-]{1,80}: error: (?:unrecognized arguments|argument -|the following "
+                                r"arguments are required|invalid choice|ambiguous option|expected one argument)[^`\n]*)")
+
+
+_USAGE = re.compile(r"usage: \S+ \[-h\]")
+
+
+def _frames(lines: list[str]) -> tuple[Frame, ...]:
+    """Every `File "…", line N, in f` of the text: in a paste they belong to the quoted error."""
+    found = []
+    for line in lines:
+        if "File " in line:
+            match = grammar.FRAME.match(grammar.strip_ansi(line))
+            if match:
+                found.append(Frame(file=match.group("file"), line=int(match.group("line")),
+                                   function=(match.group("function") or "<unknown>").strip()))
+    return tuple(found[-64:])
+
+
+def looks_like_log(lines: list[str]) -> bool:
+    """An SGLang log as the service wrote it (most lines carry its `[2026-…]` prefix, or it prints
+    its server_args and milestones), not a report someone wrote around an error."""
+    body = [line for line in lines if line.strip()]
+    if not body:
+        return True
+    tagged = sum(1 for line in body if _TAGGED.match(line) or grammar.CONTAINER_PREFIX.match(line))
+    if tagged >= 20 or any("server_args=ServerArgs(" in line for line in body[:400]):
+        return True
+    return tagged >= 0.6 * len(body)
+
+
+def paste_crashes(lines: list[str], source: str = "<paste>", force: bool = False) -> tuple[Crash, ...]:
+    """Candidate crashes named in a report's text (first mentions first); () for a log, unless
+    `force` (the log did fail, but with nothing a rule knows)."""
+    if not force and looks_like_log(lines):
+        return ()
+    frames = _frames(lines)
+    candidates: list[Crash] = []
+    seen: set[tuple[str, str]] = set()
+    for number, raw in enumerate(lines, 1):
+        line = grammar.strip_ansi(raw).strip()
+        if not line:
+            continue
+        if _USAGE.match(line):
+            candidates.append(Crash(kind="error-line", exception=None, message=line[:300], prefix="usage error",
+                                    source=source, first_line=number, last_line=number, excerpt=(raw,)))
+        usage = _ARGPARSE_ANYWHERE.search(line) if ": error: " in line else None
+        if usage:
+            candidates.append(Crash(kind="error-line", exception=None, message=usage.group("message"),
+                                    prefix="usage error", source=source, first_line=number, last_line=number,
+                                    excerpt=(raw,)))
+        fatal = grammar.fatal_line(line)
+        if fatal:
+            key = (fatal[0], fatal[1][:200])
+            if key not in seen:
+                seen.add(key)
+                candidates.append(Crash(kind="error-line", exception=None, message=fatal[1], prefix=fatal[0],
+                                        source=source, first_line=number, last_line=number, excerpt=(raw,)))
+        for found in _MENTION.finditer(line):
+            exception = found.group("type")
+            if exception.endswith("Warning"):
+                continue
+            message = (found.group("message") or found.group("args") or "").strip().rstrip("`'\".,;)")
+            key = (exception, message[:200])
+            if key in seen or (not message and exception in ("Exception", "Error")):
+                continue
+            seen.add(key)
+            candidates.append(Crash(kind="traceback", exception=exception, message=message, source=source,
+                                    frames=frames, first_line=number, last_line=number, excerpt=(raw,)))
+        if len(candidates) >= MAX_CANDIDATES:
+            break
+    text = "\n".join(grammar.strip_ansi(line) for line in lines)[:MAX_TEXT]
+    # The text as a whole, last: a report that only describes the failure in words.
+    candidates.append(Crash(kind="error-line", exception=None, message=text, prefix="report text",
+                            source=source, first_line=1, last_line=len(lines),
+                            excerpt=tuple(lines[:20])))
+    return tuple(candidates)
