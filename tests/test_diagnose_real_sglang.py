@@ -49,12 +49,12 @@ def test_kv_pool_too_small_with_the_flag_advice(capsys):
 def test_capture_time_width_assertion_is_a_graph_width_mismatch(capsys):
     incident = only_incident(REAL / "width.log", capsys)
     assert incident["category"] == "cuda-graph-shape-mismatch"
-    assert incident["rule_id"] == "cuda-graph-buffer-width-at-capture"
+    assert incident["rule_id"] == "verify-graph-width-at-capture"
     assert (incident["params"]["a"], incident["params"]["b"]) == (576, 624)
     assert incident["phase"] == "graph-capture"
     assert incident["params"]["captured_graph"] == "verify"
     assert incident["params"]["graph_tokens_per_req"] == 12
-    assert incident["remediations"] == ["disable-cuda-graph"]  # NGRAM: no DDTree patch applies
+    assert incident["remediations"] == ["verify-graph-capture-width", "disable-cuda-graph"]  # NGRAM: no DDTree patch
 
 
 def test_capture_time_width_under_ddtree_reaches_the_founding_remediation(tmp_path, capsys):
@@ -159,5 +159,5 @@ def test_explain_shows_deciding_and_outvoted_evidence(capsys):
     assert "evidence:" in out
     assert re.search(r"decides phase\s+graph-capture", out)
     assert re.search(r"decides message\s+shape-mismatch", out)
-    assert "decided:    cuda-graph-shape-mismatch by cuda-graph-buffer-width-at-capture" in out
+    assert "decided:    cuda-graph-shape-mismatch by verify-graph-width-at-capture" in out
     assert "outvoted:" in out  # the capture-failed family also matched, and lost
