@@ -29,7 +29,7 @@ from .metrics import start_metrics
 from .notify import Hooks, Notifier, delivery_step, incident_notification
 from .preflight_gate import confirm, run_gate
 from .records import Application, Crash, ExitStatus, Healthy, ServiceContext, Verdict
-from .recovery import recover, verified_launch
+from .recovery import previous_record, recover, verified_launch
 from .remediation import Attempt, Launch, attempt, revert
 from .service_run import ServiceRun
 from .status import StatusBoard
@@ -57,6 +57,7 @@ class Daemon:
         self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
         self.launch = Launch(list(config.service.argv), dict(config.service.env))
         self.launch.adopt(verified_launch(self.engine))  # a verified flag/env fix outlives ddtreed
+        self.previous = previous_record(config.paths.state_dir)  # before our own record overwrites it
         self.board = StatusBoard.start(config.paths.state_dir, config.source, self.notifier.status)
         self.lifecycle = Lifecycle(lambda state, text: self.publish(state=state, status_text=text))
         self.service: ServiceRun | None = None
@@ -161,7 +162,7 @@ class Daemon:
         """Supervise until a stop (exit 0) or until the restart budget is spent (exit 3)."""
         self.notifier.ready(status="ddtreed up; launching the service")  # systemd must not wait for a 10-minute load
         self.metrics = start_metrics(self.config.metrics.listen, self._metrics_snapshot)
-        recover(self.engine, self.store, self.host, self.config.paths.state_dir)
+        recover(self.engine, self.store, self.host, self.config.paths.state_dir, self.previous, self.context.port)
         try:
             self.prevented_pending += run_gate(self)
             if not self._relaunch():

@@ -6,8 +6,10 @@ calls `on_turn` (the daemon answers signals and pings the watchdog there), then 
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
+from ._proctree import STATE_DIR_VARIABLE
 from .clock import Clock
 from .config import Config
 from .health import MilestoneTracker
@@ -26,6 +28,9 @@ class ServiceRun:
                  on_turn: Callable[[], None] = lambda: None,
                  on_progress: Callable[[str], None] = lambda text: None):
         self.host, self.config, self.clock = host, config, clock
+        # The state dir in the service's environment: a later daemon on this state dir finds the
+        # service by it even when this daemon dies without a record (ddtreed.recovery).
+        env = {**env, STATE_DIR_VARIABLE: os.path.realpath(config.paths.state_dir)}
         self.supervisor = Supervisor(host, config, argv, env, clock=clock.monotonic)
         self.assembler = Assembler(eager=True)
         self.milestones = MilestoneTracker()

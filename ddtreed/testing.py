@@ -260,5 +260,11 @@ class FakeHost:
     def token_holders(self, token: str) -> list[int]:
         return []
 
+    def leftover_tokens(self, state_dir, port) -> set[str]:
+        return set()
+
+    def sweep_token(self, token, name_patterns) -> list[int]:
+        return []
+
     def close(self) -> None:
         self.closed = True

@@ -101,12 +101,10 @@ def _kill_trial(tmp_path: Path, forget_record: bool) -> None:
         kill_service_sessions(directory)  # only what a failed assertion above left behind
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16 item 1: red until its fix commit")
 def test_item01_recovery_stops_leftover_service(tmp_path):
     _kill_trial(tmp_path, forget_record=False)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16 item 1: red until its fix commit")
 def test_item01_recovery_finds_leftover_service_without_the_record(tmp_path):
     _kill_trial(tmp_path, forget_record=True)
 
