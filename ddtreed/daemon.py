@@ -287,10 +287,10 @@ class Daemon:
         self.lifecycle.enter("starting", "service starting")
         return True
 
-    def stop_service(self, reason: str) -> ExitStatus | None:
+    def stop_service(self, reason: str, final: bool = False) -> ExitStatus | None:
         if self.service is None:
             return None
-        exit_status = self.service.stop(reason)
+        exit_status = self.service.stop(reason, final)
         self.publish(service_pid=None)
         return exit_status
 
@@ -299,7 +299,7 @@ class Daemon:
         self.notifier.stopping()
         try:
             self.lifecycle.enter("stopping", "stopping the service")
-            self.stop_service("ddtreed stopping")
+            self.stop_service("ddtreed stopping", final=True)
         finally:
             self.hooks.close(HOOKS_DRAIN_STOP_S)
             self._record_deliveries()

@@ -134,7 +134,6 @@ def test_item02_second_daemon_on_one_state_dir_exits_2_naming_the_holder(tmp_pat
         kill_service_sessions(directory)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16 item 11: red until its fix commit")
 def test_item11_sigterm_is_honoured_while_a_stop_waits_for_the_port(tmp_path):
     """A stranger holds the service's port after the service died: the stop waits for release;
     SIGTERM must end ddtreed within 2 s all the same."""
