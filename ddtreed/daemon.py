@@ -22,7 +22,6 @@ from .config import Config, ConfigError
 from .health import Prober
 from .host import Host
 from .incidents import Store
-from .incidents.durable import DurableStore
 from .incident_path import check_canary, handle_crash, probe_crash
 from .lifecycle import Lifecycle, Stopping
 from .metrics import start_metrics
@@ -51,7 +50,8 @@ class Daemon:
                  store: Store | None = None, notifier: Notifier | None = None):
         self.wiring = wiring or build(config, host=host, store=store)
         self.clock = self.wiring.clock
-        self.store = DurableStore(self.wiring.store, self.wait)  # a full disk waits, it does not kill the loop
+        self.store = self.wiring.store  # DurableStore: a full disk waits, a lost database is replaced
+        self.store.wait = self.wait  # ...answering signals and the watchdog while it waits
         # unset: the SGLang tree must not inherit NOTIFY_SOCKET / WATCHDOG_* and talk to systemd
         self.notifier = notifier or Notifier.from_environment(unset=True)
         self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -381,5 +381,5 @@ class Daemon:
         self.board.publish(**changes)
 
     def _metrics_snapshot(self):
-        return self.board.current, self.wiring.store.counts()  # the metrics thread never retries or sleeps
+        return self.board.current, self.store.current.counts()  # the metrics thread never retries or sleeps
 

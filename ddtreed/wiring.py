@@ -22,6 +22,7 @@ from .context import service_context as context_of
 from .health import Prober
 from .host import Host, LocalHost
 from .incidents import Store, database_path
+from .incidents.durable import DurableStore, open_store
 from .paths import shipped
 from .remediation import Catalog, Engine, load_remediations
 from .restart import RestartBudget
@@ -32,7 +33,7 @@ from .rules import RuleSet, load_rules
 class Wiring:
     config: Config
     host: Host
-    store: Store
+    store: DurableStore  # the incident store; it survives a full disk, a corrupt or a deleted file
     rules: RuleSet
     catalog: Catalog
     engine: Engine
@@ -85,7 +86,7 @@ def build(config: Config, *, host: Host | None = None, store: Store | None = Non
     """Everything the loop needs for `config`; rule or remediation errors raise before anything starts."""
     rules, catalog = load_catalogs(config)
     host = host or service_host(config)
-    store = store or Store(database_path(config.paths.state_dir))
+    store = DurableStore(store or open_store(database_path(config.paths.state_dir)), clock.sleep if clock else None)
     return _assemble(config, host, store, rules, catalog, clock or SystemClock(), prober or Prober,
                      preflight_checks)
 

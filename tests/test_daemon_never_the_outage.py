@@ -231,7 +231,6 @@ def _incidents(state_dir: Path) -> list[dict]:
         return store.list_incidents()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16 item 8: red until its fix commit")
 def test_item08_a_corrupt_database_at_start_is_moved_aside_and_the_service_starts(tmp_path):
     directory = tmp_path / "run"
     config, port = _serving_config(directory)
@@ -253,7 +252,6 @@ def test_item08_a_corrupt_database_at_start_is_moved_aside_and_the_service_start
         kill_service_sessions(directory)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16 item 8: red until its fix commit")
 @pytest.mark.parametrize("damage", ["deleted", "replaced-by-garbage"])
 def test_item08_a_database_lost_while_running_never_stops_the_service(tmp_path, damage):
     directory = tmp_path / "run"
