@@ -22,7 +22,7 @@ from .config import Config, ConfigError
 from .health import Prober
 from .host import Host
 from .incidents import Store
-from .incident_path import check_canary, handle_crash, probe_crash
+from .incident_path import check_canary, handle_crash, observed, probe_crash
 from .lifecycle import Lifecycle, Stopping
 from .metrics import start_metrics
 from .notify import Hooks, Notifier, delivery_step, incident_notification
@@ -196,7 +196,7 @@ class Daemon:
         watch = self._serving_watch()
         while True:
             groups = self.service.pump(TURN_S)
-            if groups:
+            if groups and not observed(self, flatten(groups)):  # observed: a live server's handled error
                 return flatten(groups), self.service.poll()
             exit_status = self.service.poll()
             if exit_status is not None:

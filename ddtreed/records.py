@@ -50,7 +50,7 @@ INCIDENT_STATUSES: tuple[str, ...] = get_args(IncidentStatus)
 Step = Literal[
     "detected", "diagnosed", "advised", "skipped", "applied", "apply-failed", "restarting",
     "restarted", "healthy", "failed", "verified", "reverted", "revert-failed", "recurred",
-    "not-remediated", "escalated", "reconciled",
+    "not-remediated", "escalated", "reconciled", "observed",
     "notified", "notify-failed",  # a hook delivery (ddtreed.notify.Hooks), recorded by the loop
 ]
 STEPS: tuple[str, ...] = get_args(Step)

@@ -176,7 +176,6 @@ def _bind(sock, port: int) -> bool:
         return False
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16 item 4: red until its fix commit")
 def test_item04_a_handled_traceback_in_a_healthy_server_is_observed_not_a_crash(tmp_path):
     """Five handled "Exception in ASGI application" tracebacks: no restart, the service keeps its pid."""
     directory = tmp_path / "run"
