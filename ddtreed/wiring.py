@@ -86,8 +86,9 @@ def build(config: Config, *, host: Host | None = None, store: Store | None = Non
     """Everything the loop needs for `config`; rule or remediation errors raise before anything starts."""
     rules, catalog = load_catalogs(config)
     host = host or service_host(config)
-    store = DurableStore(store or open_store(database_path(config.paths.state_dir)), clock.sleep if clock else None)
-    return _assemble(config, host, store, rules, catalog, clock or SystemClock(), prober or Prober,
+    durable = DurableStore(store or open_store(database_path(config.paths.state_dir)),
+                           clock.sleep if clock else None)
+    return _assemble(config, host, durable, rules, catalog, clock or SystemClock(), prober or Prober,
                      preflight_checks)
 
 
@@ -113,7 +114,7 @@ def rebuild(old: Wiring, config: Config) -> Wiring:
     return _assemble(config, old.host, old.store, rules, catalog, old.clock, old.prober, old.preflight_checks)
 
 
-def _assemble(config: Config, host: Host, store: Store, rules: RuleSet, catalog: Catalog,
+def _assemble(config: Config, host: Host, store: DurableStore, rules: RuleSet, catalog: Catalog,
               clock: Clock, prober: Callable[[str], Prober],
               preflight_checks: Mapping[str, Callable] | None) -> Wiring:
     engine = Engine(host, config.paths.state_dir, catalog, incidents=store,
