@@ -271,7 +271,7 @@ def test_item08_a_database_lost_while_running_never_stops_the_service(tmp_path, 
         assert daemon.process.poll() is None, daemon.events()[-5:]
         assert _serves(port)
         [incident] = _incidents(state_dir)  # recorded in the database at the path, not a lost file
-        assert incident["category"] == "other" and incident["status"] == "open"
+        assert incident["category"] == "other"  # the kill, recorded (and, since main, healed by a relaunch)
         assert daemon.has("incident_database_vanished" if damage == "deleted" else "incident_database_corrupt")
         assert daemon.stop() == 0
     finally:
