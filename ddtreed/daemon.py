@@ -163,6 +163,7 @@ class Daemon:
         self.notifier.ready(status="ddtreed up; launching the service")  # systemd must not wait for a 10-minute load
         self.metrics = start_metrics(self.config.metrics.listen, self._metrics_snapshot)
         recover(self.engine, self.store, self.host, self.config.paths.state_dir, self.previous, self.context.port)
+        code = EXIT_GAVE_UP  # unless a stop ends it: the last state says which (stopped / gave-up)
         try:
             self.prevented_pending += run_gate(self)
             if not self._relaunch():
@@ -177,9 +178,10 @@ class Daemon:
                     self.hooks.wait_idle(HOOKS_DRAIN_GAVE_UP_S)
                     return EXIT_GAVE_UP
         except Stopping:
+            code = EXIT_OK
             return EXIT_OK
         finally:
-            self.close()
+            self.close("stopped" if code == EXIT_OK else "gave-up")
 
     def _serve(self) -> tuple[tuple[Crash, ...], ExitStatus | None]:
         """Wait for readiness and verify, then follow the service until it fails."""
@@ -294,7 +296,7 @@ class Daemon:
         self.publish(service_pid=None)
         return exit_status
 
-    def close(self) -> None:
+    def close(self, final_state: str = "stopped") -> None:
         """Stop the service and release everything; the daemon ends `stopped`."""
         self.notifier.stopping()
         try:
@@ -306,7 +308,8 @@ class Daemon:
             for resource in (self.service, self.metrics, self.host):  # an SshHost holds a connection, a tunnel
                 if resource is not None:
                     resource.close()
-            self.lifecycle.enter("stopped", "stopped")
+            self.lifecycle.enter(final_state, "gave up: the restart budget is spent" if final_state == "gave-up"
+                                 else "stopped")
 
     # ---- turns and waits: signals, watchdog ------------------------------------------------------
 

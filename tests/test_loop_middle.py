@@ -130,7 +130,7 @@ def test_nothing_left_to_try_escalates_freezes_and_relaunches_unchanged(tmp_path
     assert later and all(outcome.status == "open" for outcome in later)
     assert all("frozen" in loop.incident(o.incident_id)["outcome"] for o in later)
     assert loop.host.launches[-1] == FOUNDING_ARGV  # back to the launch that was configured
-    assert loop.daemon.board.current.state == "stopped"
+    assert loop.daemon.board.current.state == "gave-up"
     assert "escalated" in loop.daemon.lifecycle.history
 
 
@@ -143,7 +143,7 @@ def test_restart_budget_spent_gives_up_with_exit_3(tmp_path):
     assert [o.status for o in loop.outcomes] == ["open", "open", "open"]
     assert all("policy off" in loop.incident(o.incident_id)["outcome"] for o in loop.outcomes)
     assert loop.clock.monotonic() - started >= 2.0 + 4.0  # the backoff doubled, in fake seconds
-    assert loop.daemon.lifecycle.history[-3:] == ["escalated", "stopping", "stopped"]
+    assert loop.daemon.lifecycle.history[-3:] == ["escalated", "stopping", "gave-up"]
 
 
 def test_preflight_prevents_the_crash_before_the_first_launch(tmp_path):
@@ -213,7 +213,7 @@ def test_an_illegal_transition_is_a_bug_that_raises():
     with pytest.raises(ValueError, match="daemon state must be one of"):
         lifecycle.enter("dancing", "")
     assert seen == ["preflight", "stopping", "stopped"]
-    assert all(allowed(state, "stopping") for state in DAEMON_STATES if state != "stopped")
+    assert all(allowed(state, "stopping") for state in DAEMON_STATES if state not in ("stopped", "gave-up"))
 
 
 def test_crash_kinds_are_checked_at_write():
