@@ -15,6 +15,7 @@ from . import rotation
 log = structlog.get_logger(__name__)
 
 TOKEN_VARIABLE = "DDTREED_SERVICE_TOKEN"
+STATE_DIR_VARIABLE = "DDTREED_STATE_DIR"  # the supervising daemon's state dir, in the service's env
 _COMM_LENGTH = 15  # Linux truncates process names (comm) to 15 bytes
 _ANCESTRY_LIMIT = 64  # deep enough for any real tree; bounds a walk over a racing process table
 _SWEEP_WAIT_S = 3.0  # SIGKILL takes effect at once; this only covers scheduling latency
@@ -64,6 +65,47 @@ def token_holders(token: str) -> list[int]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
             continue
     return holders
+
+
+def leftover_tokens(state_dir: str, port: int | None) -> set[str]:
+    """Service tokens of processes that are a leftover of this state dir's service: they carry a
+    DDTREED_SERVICE_TOKEN and either name this state dir (DDTREED_STATE_DIR, set at every launch)
+    or hold the service's port. Never by program or title alone: another daemon's live service on
+    this machine runs the same program under the same titles."""
+    listeners = _listeners(port)
+    state_dir = os.path.realpath(state_dir)
+    tokens = set()
+    for proc in psutil.process_iter(["status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
+            continue
+        try:
+            environ = proc.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
+            continue
+        token, owner = environ.get(TOKEN_VARIABLE), environ.get(STATE_DIR_VARIABLE)
+        # On the port but naming another state dir: another live daemon's service, never ours.
+        if token and (owner == state_dir or (proc.pid in listeners and owner is None)):
+            tokens.add(token)
+    return tokens
+
+
+def sweep_token(token: str, name_patterns: tuple[str, ...]) -> list[int]:
+    """SIGKILL every process carrying `token`, with the rest of their sessions; return the pids."""
+    killed: list[int] = []
+    for session_id in sorted({sid for pid in token_holders(token) if (sid := _session_of(pid))}):
+        killed += sweep(session_id, name_patterns, token)
+    return sorted(set(killed))
+
+
+def _listeners(port: int | None) -> set[int]:
+    if port is None:
+        return set()
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):  # not root on some systems: the program match remains
+        return set()
+    return {c.pid for c in connections if c.pid and c.laddr and c.laddr.port == port
+            and c.status == psutil.CONN_LISTEN}
 
 
 def gpu_holders(pids: list[int] | None) -> list[int]:

@@ -22,14 +22,13 @@ from .config import Config, ConfigError
 from .health import Prober
 from .host import Host
 from .incidents import Store
-from .incidents.durable import DurableStore
-from .incident_path import check_canary, handle_crash, probe_crash
+from .incident_path import check_canary, handle_crash, observed, probe_crash
 from .lifecycle import Lifecycle, Stopping
 from .metrics import start_metrics
 from .notify import Hooks, Notifier, delivery_step, incident_notification
 from .preflight_gate import confirm, run_gate
 from .records import Application, Crash, ExitStatus, Healthy, ServiceContext, Verdict
-from .recovery import recover, verified_launch
+from .recovery import previous_record, recover, verified_launch
 from .remediation import Attempt, Launch, attempt, revert
 from .service_run import ServiceRun
 from .status import StatusBoard
@@ -51,12 +50,14 @@ class Daemon:
                  store: Store | None = None, notifier: Notifier | None = None):
         self.wiring = wiring or build(config, host=host, store=store)
         self.clock = self.wiring.clock
-        self.store = DurableStore(self.wiring.store, self.wait)  # a full disk waits, it does not kill the loop
+        self.store = self.wiring.store  # DurableStore: a full disk waits, a lost database is replaced
+        self.store.wait = self.wait  # ...answering signals and the watchdog while it waits
         # unset: the SGLang tree must not inherit NOTIFY_SOCKET / WATCHDOG_* and talk to systemd
         self.notifier = notifier or Notifier.from_environment(unset=True)
         self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
         self.launch = Launch(list(config.service.argv), dict(config.service.env))
         self.launch.adopt(verified_launch(self.engine))  # a verified flag/env fix outlives ddtreed
+        self.previous = previous_record(config.paths.state_dir)  # before our own record overwrites it
         self.board = StatusBoard.start(config.paths.state_dir, config.source, self.notifier.status)
         self.lifecycle = Lifecycle(lambda state, text: self.publish(state=state, status_text=text))
         self.service: ServiceRun | None = None
@@ -161,7 +162,8 @@ class Daemon:
         """Supervise until a stop (exit 0) or until the restart budget is spent (exit 3)."""
         self.notifier.ready(status="ddtreed up; launching the service")  # systemd must not wait for a 10-minute load
         self.metrics = start_metrics(self.config.metrics.listen, self._metrics_snapshot)
-        recover(self.engine, self.store, self.host, self.config.paths.state_dir)
+        recover(self.engine, self.store, self.host, self.config.paths.state_dir, self.previous, self.context.port)
+        code = EXIT_GAVE_UP  # unless a stop ends it: the last state says which (stopped / gave-up)
         try:
             self.prevented_pending += run_gate(self)
             if not self._relaunch():
@@ -176,9 +178,10 @@ class Daemon:
                     self.hooks.wait_idle(HOOKS_DRAIN_GAVE_UP_S)
                     return EXIT_GAVE_UP
         except Stopping:
+            code = EXIT_OK
             return EXIT_OK
         finally:
-            self.close()
+            self.close("stopped" if code == EXIT_OK else "gave-up")
 
     def _serve(self) -> tuple[tuple[Crash, ...], ExitStatus | None]:
         """Wait for readiness and verify, then follow the service until it fails."""
@@ -195,7 +198,7 @@ class Daemon:
         watch = self._serving_watch()
         while True:
             groups = self.service.pump(TURN_S)
-            if groups:
+            if groups and not observed(self, flatten(groups)):  # observed: a live server's handled error
                 return flatten(groups), self.service.poll()
             exit_status = self.service.poll()
             if exit_status is not None:
@@ -286,26 +289,27 @@ class Daemon:
         self.lifecycle.enter("starting", "service starting")
         return True
 
-    def stop_service(self, reason: str) -> ExitStatus | None:
+    def stop_service(self, reason: str, final: bool = False) -> ExitStatus | None:
         if self.service is None:
             return None
-        exit_status = self.service.stop(reason)
+        exit_status = self.service.stop(reason, final)
         self.publish(service_pid=None)
         return exit_status
 
-    def close(self) -> None:
+    def close(self, final_state: str = "stopped") -> None:
         """Stop the service and release everything; the daemon ends `stopped`."""
         self.notifier.stopping()
         try:
             self.lifecycle.enter("stopping", "stopping the service")
-            self.stop_service("ddtreed stopping")
+            self.stop_service("ddtreed stopping", final=True)
         finally:
             self.hooks.close(HOOKS_DRAIN_STOP_S)
             self._record_deliveries()
             for resource in (self.service, self.metrics, self.host):  # an SshHost holds a connection, a tunnel
                 if resource is not None:
                     resource.close()
-            self.lifecycle.enter("stopped", "stopped")
+            self.lifecycle.enter(final_state, "gave up: the restart budget is spent" if final_state == "gave-up"
+                                 else "stopped")
 
     # ---- turns and waits: signals, watchdog ------------------------------------------------------
 
@@ -380,5 +384,5 @@ class Daemon:
         self.board.publish(**changes)
 
     def _metrics_snapshot(self):
-        return self.board.current, self.wiring.store.counts()  # the metrics thread never retries or sleeps
+        return self.board.current, self.store.current.counts()  # the metrics thread never retries or sleeps
 

@@ -101,6 +101,15 @@ class Host(Protocol):
         """Live processes whose environment carries the service token (a leftover service tree)."""
         ...
 
+    def leftover_tokens(self, state_dir: str, port: int | None) -> set[str]:
+        """Tokens of service trees a dead ddtreed left: processes with a service token whose
+        environment names `state_dir`, or that hold `port` (found without the previous record)."""
+        ...
+
+    def sweep_token(self, token: str, name_patterns: tuple[str, ...]) -> list[int]:
+        """SIGKILL every process carrying `token` and the rest of their sessions; the pids killed."""
+        ...
+
     def close(self) -> None:
         """Release what the host holds (an SSH connection and its tunnels); idempotent."""
         ...
@@ -226,6 +235,16 @@ class LocalHost:
         from . import _proctree
 
         return _proctree.token_holders(token)
+
+    def leftover_tokens(self, state_dir: str, port: int | None) -> set[str]:
+        from . import _proctree
+
+        return _proctree.leftover_tokens(state_dir, port)
+
+    def sweep_token(self, token: str, name_patterns: tuple[str, ...]) -> list[int]:
+        from . import _proctree
+
+        return _proctree.sweep_token(token, name_patterns)
 
     def close(self) -> None:
         return None

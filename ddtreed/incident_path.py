@@ -25,6 +25,10 @@ from .serving import evidence_of, without_echoes
 
 log = structlog.get_logger(__name__)
 
+OBSERVE_SETTLE_S = 2.0  # a service dying of its traceback exits (or fails health) within this
+OBSERVE_HEALTH_S = 5.0  # deadline of the health probe that decides "alive and serving"
+OBSERVED_MERGE_S = 3600.0  # the same handled error again within this: a step, not a new incident
+
 
 class Loop(Protocol):
     """What the crash path needs from the daemon (ddtreed.daemon.Daemon provides it)."""
@@ -68,6 +72,8 @@ class Loop(Protocol):
     def publish(self, **changes) -> None: ...
 
     def notify_person(self, event: str, incident_id: int | None, extra: dict | None = None) -> None: ...
+
+    def wait(self, seconds: float, condition: Callable[[], bool] = ...) -> None: ...
 
 
 def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus | None) -> Outcome:
@@ -117,6 +123,40 @@ RELAUNCH_HEALS = ("child-death", "killed", "serving")
 def service_name(loop: Loop) -> str:
     """The incident's `service`: where it runs (the inventory host, else localhost) and its port."""
     return f"{loop.config.service.remote or 'localhost'}:{loop.context.port}"
+
+
+def observed(loop: Loop, crashes: tuple[Crash, ...]) -> bool:
+    """A complete traceback while the service lives is a crash only with the service failing (it
+    exits or fails health) or when a rule names the text; otherwise it is recorded as an
+    `observed` incident and nothing is restarted (a web framework's handled request error)."""
+    if loop.service.poll() is not None or any(crash.kind != "traceback" or crash.prefix for crash in crashes):
+        return False  # a prefix is SGLang's own "... hit an exception" report: a rank went down
+    diagnosis = loop.rules.diagnose(crashes, loop.context)
+    if diagnosis.match.category != "unknown":
+        return False  # a rule knows this text: a crash
+    loop.wait(OBSERVE_SETTLE_S, lambda: loop.service.poll() is not None)
+    if loop.service.poll() is not None or not loop.prober().health(loop.clock.monotonic() + OBSERVE_HEALTH_S).ok:
+        return False
+    record_observed(loop, crashes, diagnosis)
+    return True
+
+
+def record_observed(loop: Loop, crashes: tuple[Crash, ...], diagnosis) -> None:
+    store, detail = loop.store, "the service stayed up and healthy: recorded, not restarted"
+    recent = store.find_recent(diagnosis.signature.fingerprint, since=loop.clock.time() - OBSERVED_MERGE_S)
+    earlier = next((incident["id"] for incident in recent if incident["status"] == "observed"), None)
+    if earlier is not None:
+        store.add_step(earlier, "observed", detail, {"tracebacks": len(crashes)})
+    else:
+        earlier = store.open_incident("crash", crashes, diagnosis.signature, diagnosis.match, loop.context,
+                                      detected_at=min((c.detected_at for c in crashes if c.detected_at), default=None),
+                                      service=service_name(loop))
+        store.add_step(earlier, "diagnosed", diagnosis.match.diagnosis or "no rule matched",
+                       {"rule_id": diagnosis.match.rule_id, "category": diagnosis.match.category})
+        store.add_step(earlier, "observed", detail, {"tracebacks": len(crashes)})
+        store.finish(earlier, "observed", detail)
+    log.warning("traceback_observed", exception=crashes[0].exception, incident_id=earlier,
+                hint="a complete traceback from a live, healthy service: not a crash, nothing restarted")
 
 
 def remediate(loop: Loop, incident_id: int, fingerprint: str, remediations: list[str],

@@ -24,8 +24,9 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "verifying": frozenset({"running", "crashed", "remediating", "escalated"}),
     "backoff": frozenset({"starting", "escalated"}),
     "escalated": frozenset({"starting", "backoff", "crashed"}),
-    "stopping": frozenset({"stopped"}),
+    "stopping": frozenset({"stopped", "gave-up"}),
     "stopped": frozenset(),
+    "gave-up": frozenset(),
 }
 
 
@@ -38,7 +39,7 @@ class IllegalTransition(RuntimeError):
 
 
 def allowed(source: str, target: str) -> bool:
-    if source == "stopped":
+    if source in ("stopped", "gave-up"):  # final: the daemon has exited
         return False
     return target == source or target == "stopping" or target in TRANSITIONS[source]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import structlog
 
+from . import state_lock
 from .config import Config
 from .daemon import Daemon
 from .incidents import Store, database_path
@@ -108,6 +109,10 @@ def _restore(daemon: Daemon, steps: list[Application]) -> list[str]:
 
 def _refuse_while_supervised(state_dir: str) -> None:
     """Two supervisors of one service fight over its port: promotion wants the daemon stopped."""
+    holder = state_lock.holder(state_dir)
+    if holder is not None and holder != os.getpid():
+        raise PromoteError(f"ddtreed (pid {holder}, {state_lock.lock_path(state_dir)}) supervises this service: "
+                           "stop it, promote, then start it again")
     pid_file = Path(state_dir) / "ddtreed.pid"
     try:
         pid = int(pid_file.read_text().split()[0])

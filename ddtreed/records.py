@@ -54,7 +54,7 @@ INCIDENT_STATUSES: tuple[str, ...] = get_args(IncidentStatus)
 Step = Literal[
     "detected", "diagnosed", "advised", "skipped", "applied", "apply-failed", "restarting",
     "restarted", "healthy", "failed", "verified", "reverted", "revert-failed", "recurred",
-    "not-remediated", "escalated", "reconciled",
+    "not-remediated", "escalated", "reconciled", "observed",
     "notified", "notify-failed",  # a hook delivery (ddtreed.notify.Hooks), recorded by the loop
 ]
 STEPS: tuple[str, ...] = get_args(Step)
@@ -77,6 +77,7 @@ DaemonState = Literal[
     "blocked",       # preflight found a certain crash the config says must block the launch
     "stopping",      # ddtreed is shutting down: stopping the service, then itself
     "stopped",       # ddtreed exited cleanly
+    "gave-up",       # ddtreed exited 3: the restart budget is spent, the service stays down
 ]
 DAEMON_STATES: tuple[str, ...] = get_args(DaemonState)
 

@@ -15,13 +15,28 @@ from .incidents import StoreError
 from .launch import CHILD_NAME_PATTERNS
 from .records import LaunchChange
 from .remediation import Engine
-from .status import read_status
+from .status import DaemonStatus, read_status
 
 log = structlog.get_logger(__name__)
 
 
-def recover(engine: Engine, store, host: Host, state_dir: str) -> None:
-    """Reconcile the journal, stop a leftover service, revert unverified fixes, close incidents."""
+def previous_record(state_dir: str) -> DaemonStatus | None:
+    """The previous daemon's snapshot. Read it before this daemon writes its own: that record is
+    how its leftover service is found (its pid and environment token)."""
+    try:
+        return read_status(state_dir)
+    except ValueError as error:  # an unreadable snapshot: recovery falls back to port and program
+        log.warning("previous_status_unreadable", error=str(error))
+        return None
+
+
+def recover(engine: Engine, store, host: Host, state_dir: str, previous: DaemonStatus | None = None,
+            port: int | None = None) -> None:
+    """Reconcile the journal, stop a leftover service, revert unverified fixes, close incidents.
+
+    `previous` is the record the dead daemon left (None: none, or unreadable); the state dir in
+    the service's environment and its `port` find the service without it.
+    """
     for done in engine.reconcile():
         log.warning("reconciled", detail=str(done))
         if getattr(done, "incident_id", None) is not None:
@@ -30,9 +45,13 @@ def recover(engine: Engine, store, host: Host, state_dir: str) -> None:
             # that is a recurrence (revert, freeze, escalate).
             _note(store, done.incident_id, str(done), done.application_id,
                   reverted=done.action in ("undid-apply", "finished-revert"))
-    stop_leftover_service(host, state_dir)
+    still_running = stop_leftover_service(host, state_dir, previous, port)
     for entry in engine.history():
         if entry["status"] == "applied" and entry.get("incident_id") is not None:  # applied, not verified
+            if still_running:  # its files are in use by a service that survived SIGKILL: keep them
+                log.error("unverified_fix_kept", application_id=entry["application_id"],
+                          hint="a leftover service still runs on it; it is reverted at the next start")
+                continue
             engine.revert(entry["application_id"])
             _note(store, entry["incident_id"], f"reverted {entry['remediation_id']}: applied but not "
                   "verified when ddtreed stopped", entry["application_id"])
@@ -56,21 +75,27 @@ def verified_launch(engine: Engine) -> LaunchChange | None:
     return LaunchChange(tuple(launch["argv"]), dict(launch["env"]), launch["description"])
 
 
-def stop_leftover_service(host: Host, state_dir: str) -> None:
-    """A ddtreed killed outside systemd leaves its service running: that tree goes first."""
-    try:
-        previous = read_status(state_dir)
-    except ValueError as error:  # an unreadable snapshot: nothing to learn from it
-        log.warning("previous_status_unreadable", error=str(error))
-        return
-    if previous is None or previous.service_pid is None or not previous.service_token:
-        return
-    if not host.token_holders(previous.service_token):
-        return  # gone already (or the pid reused by a stranger: no process carries the token)
-    killed = host.sweep_session(previous.service_pid, CHILD_NAME_PATTERNS, token=previous.service_token)
-    if killed:
-        log.warning("leftover_service_stopped", pids=killed, previous_daemon_pid=previous.pid,
+def stop_leftover_service(host: Host, state_dir: str, previous: DaemonStatus | None, port: int | None) -> bool:
+    """A ddtreed killed outside systemd leaves its service running: that tree goes first.
+
+    Found by the previous record's environment token, else by the service token of any process
+    whose environment names this state dir or that holds the port; its SGLang children go with
+    their sessions and token. True when something of it survived (the caller keeps its files).
+    """
+    recorded = previous.service_token if previous is not None else None
+    tokens = ({recorded} if recorded else set()) | set(host.leftover_tokens(str(state_dir), port))
+    survived = False
+    for token in sorted(token for token in tokens if host.token_holders(token)):
+        killed = host.sweep_token(token, CHILD_NAME_PATTERNS)
+        log.warning("leftover_service_stopped", pids=killed,
+                    found_by="record" if token == recorded else "state dir or port",
+                    previous_daemon_pid=previous.pid if previous is not None else None,
                     hint="the previous ddtreed died without stopping its service")
+        if host.token_holders(token):
+            survived = True
+            log.error("leftover_service_survived", pids=host.token_holders(token),
+                      hint="processes survived SIGKILL (uninterruptible sleep in a driver?)")
+    return survived
 
 
 def _note(store, incident_id: int, sentence: str, application_id: str | None, reverted: bool = True) -> None:

@@ -6,8 +6,10 @@ calls `on_turn` (the daemon answers signals and pings the watchdog there), then 
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
+from ._proctree import STATE_DIR_VARIABLE
 from .clock import Clock
 from .config import Config
 from .health import MilestoneTracker
@@ -26,7 +28,11 @@ class ServiceRun:
                  on_turn: Callable[[], None] = lambda: None,
                  on_progress: Callable[[str], None] = lambda text: None):
         self.host, self.config, self.clock = host, config, clock
-        self.supervisor = Supervisor(host, config, argv, env, clock=clock.monotonic)
+        # The state dir in the service's environment: a later daemon on this state dir finds the
+        # service by it even when this daemon dies without a record (ddtreed.recovery).
+        env = {**env, STATE_DIR_VARIABLE: os.path.realpath(config.paths.state_dir)}
+        self._turning = TurningHost(host, on_turn)
+        self.supervisor = Supervisor(self._turning, config, argv, env, clock=clock.monotonic)
         self.assembler = Assembler(eager=True)
         self.milestones = MilestoneTracker()
         self.follower = None
@@ -71,6 +77,10 @@ class ServiceRun:
         self.follower = self.host.open_follower(self.supervisor.log_paths + list(self.config.paths.extra_logs))
         return process.pid
 
+    def turn(self) -> None:
+        """Answer signals and the watchdog now (a stop request raises `Stopping` from here)."""
+        self._on_turn()
+
     def pump(self, timeout: float) -> list[tuple[Crash, ...]]:
         """One turn: `on_turn`, new log lines → assembler and milestones; settled crash groups."""
         self._on_turn()
@@ -100,6 +110,7 @@ class ServiceRun:
             quiet_since = clock.monotonic()
             deadline = quiet_since + DRAIN_MAX_S
             while (now := clock.monotonic()) < deadline and now - quiet_since < DRAIN_QUIET_S:
+                self._on_turn()
                 chunks = self.follower.read()
                 for chunk in chunks:
                     self.assembler.feed(chunk)
@@ -109,10 +120,17 @@ class ServiceRun:
                     self.follower.wait(DRAIN_QUIET_S / 4)
         return flatten(self.assembler.take(self.clock.time(), final=True))
 
-    def stop(self, reason: str, drain: bool | None = None) -> ExitStatus | None:
-        """Drain and stop (SIGTERM to the launcher first); `drain=False` for a failed service."""
+    def stop(self, reason: str, final: bool = False, drain: bool | None = None) -> ExitStatus | None:
+        """Drain and stop (SIGTERM to the launcher first); `drain=False` for a failed service.
+
+        The waits (tree exit, port, GPUs) answer signals: a SIGTERM meanwhile raises `Stopping`,
+        except when `final`: ddtreed itself is stopping, so nothing interrupts it and it does not
+        wait for the port (no restart follows)."""
         if self.supervisor.process is None:
             return None
+        if final:
+            self._turning.interruptible = False
+            self.supervisor.release_timeout_s = 0.0
         return self.supervisor.stop(reason, drain=drain)
 
     def close(self) -> None:
@@ -120,3 +138,31 @@ class ServiceRun:
         if self.follower is not None and not self._closed:
             self.follower.close()
         self._closed = True
+
+
+class TurningHost:
+    """The service's host as the supervisor's waits see it: each poll of the tree, the port or
+    the GPUs first takes a loop turn, so a SIGTERM during a long stop is honoured at once."""
+
+    def __init__(self, host: Host, on_turn: Callable[[], None]):
+        self._host, self._on_turn = host, on_turn
+        self.interruptible = True
+
+    def __getattr__(self, name: str):
+        return getattr(self._host, name)
+
+    def _turn(self) -> None:
+        if self.interruptible:
+            self._on_turn()
+
+    def session_pids(self, session_id: int) -> list[int]:
+        self._turn()
+        return self._host.session_pids(session_id)
+
+    def port_in_use(self, address: str, port: int) -> bool:
+        self._turn()
+        return self._host.port_in_use(address, port)
+
+    def gpu_holders(self, pids: list[int] | None = None) -> list[int]:
+        self._turn()
+        return self._host.gpu_holders(pids)

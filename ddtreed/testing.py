@@ -45,7 +45,7 @@ class Launch:
     accept_length: float | None = 3.0
     crash_after_s: float | None = None  # a running service dies this long after its start...
     crash_lines: tuple[str, ...] = ()  # ...printing these first
-    crash_exit_code: int = 1
+    crash_exit_code: int | None = 1  # None: it prints them and keeps serving (a handled error)
 
 
 def healthy() -> Launch:
@@ -63,6 +63,11 @@ class FakeClock:
     def __init__(self, start: float = 1000.0, epoch: float = 1.7e9):
         self.now = start
         self.epoch = epoch
+        self.alarms: list[tuple[float, Callable[[], None]]] = []
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        """Call `action` once the clock has passed `when` (monotonic seconds)."""
+        self.alarms.append((when, action))
 
     def monotonic(self) -> float:
         return self.now
@@ -72,22 +77,29 @@ class FakeClock:
 
     def sleep(self, seconds: float) -> None:
         self.now += max(seconds, 0.0)
+        due = [alarm for alarm in self.alarms if alarm[0] <= self.now]
+        self.alarms = [alarm for alarm in self.alarms if alarm[0] > self.now]
+        for _, action in due:
+            action()
 
 
 class FakeProcess:
     def __init__(self, host: "FakeHost", pid: int, launch: Launch, started_at: float):
         self.host, self.pid, self.launch, self.started_at = host, pid, launch, started_at
         self.status: ExitStatus | None = None
+        self.crashed = False
         if launch.exit_code is not None:
             self.status = ExitStatus(code=launch.exit_code, signal=None)
 
     def _advance(self) -> None:
         """A scheduled crash happens once its time has come."""
         launch = self.launch
-        if self.status is None and launch.crash_after_s is not None and \
+        if self.status is None and launch.crash_after_s is not None and not self.crashed and \
                 self.host.clock.monotonic() >= self.started_at + launch.crash_after_s:
+            self.crashed = True
             self.host.write(self.pid, launch.crash_lines)
-            self.status = ExitStatus(code=launch.crash_exit_code, signal=None)
+            if launch.crash_exit_code is not None:
+                self.status = ExitStatus(code=launch.crash_exit_code, signal=None)
 
     def poll(self) -> ExitStatus | None:
         self._advance()
@@ -258,6 +270,12 @@ class FakeHost:
         return f"fake://{address}:{port}"
 
     def token_holders(self, token: str) -> list[int]:
+        return []
+
+    def leftover_tokens(self, state_dir, port) -> set[str]:
+        return set()
+
+    def sweep_token(self, token, name_patterns) -> list[int]:
         return []
 
     def close(self) -> None:

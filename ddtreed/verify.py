@@ -9,6 +9,7 @@ within the window, and the output canary (when given) passes.
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, Protocol
 
 import structlog
@@ -26,6 +27,7 @@ PROGRESS_EVERY_S = 10.0  # a 10-minute model load should show signs of life, not
 CRASH_SETTLE_S = 2.0  # after a failed probe, the ranks' tracebacks arrive within this
 HEALTH_PROBE_FIRST_S = 2.0  # logs may be elsewhere: readiness by HTTP counts too, from then on
 HEALTH_PROBE_EVERY_S = 5.0
+PROBE_TURN_S = 0.2  # how often a waiting probe lets the loop answer signals
 
 
 class LogFeed(Protocol):
@@ -41,6 +43,10 @@ class LogFeed(Protocol):
     def poll(self) -> ExitStatus | None: ...
 
     def drain(self) -> tuple[Crash, ...]: ...
+
+    def turn(self) -> None:
+        """Answer signals now (raises the loop's `Stopping` on a stop request)."""
+        ...
 
 
 def bind_failure(feed) -> Crash | None:
@@ -151,12 +157,24 @@ class _Stages:
         return Verdict(False, f"not ready within {self.probe.startup_timeout_s:.0f}s", stage="startup")
 
     def health(self) -> Verdict:
-        return self._from_probe(self.prober.health(self.clock.monotonic() + self.probe.health_timeout_s))
+        deadline = self.clock.monotonic() + self.probe.health_timeout_s
+        return self._from_probe(self._answering(lambda: self.prober.health(deadline)))
 
     def generate(self) -> Verdict:
         probe = self.probe
-        return self._from_probe(self.prober.generate(probe.generate_prompt, probe.generate_max_new_tokens,
-                                                     self.clock.monotonic() + probe.generate_timeout_s))
+        deadline = self.clock.monotonic() + probe.generate_timeout_s
+        return self._from_probe(self._answering(
+            lambda: self.prober.generate(probe.generate_prompt, probe.generate_max_new_tokens, deadline)))
+
+    def _answering(self, request: Callable[[], HealthResult]) -> HealthResult:
+        """Run a probe (up to a minute for a generation) while the loop keeps answering signals."""
+        done: list[HealthResult] = []
+        worker = threading.Thread(target=lambda: done.append(request()), daemon=True, name="ddtreed-probe")
+        worker.start()
+        while worker.is_alive():
+            self.feed.turn()  # a SIGTERM abandons the request (its thread ends at its deadline)
+            worker.join(PROBE_TURN_S)
+        return done[0] if done else HealthResult(False, "probe", "the probe raised; see the log")
 
     def window(self, verdict: Verdict) -> Verdict:
         """Watch for recurrence within the verification window."""

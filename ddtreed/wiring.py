@@ -22,6 +22,7 @@ from .context import service_context as context_of
 from .health import Prober
 from .host import Host, LocalHost
 from .incidents import Store, database_path
+from .incidents.durable import DurableStore, open_store
 from .paths import shipped
 from .remediation import Catalog, Engine, load_remediations
 from .restart import RestartBudget
@@ -32,7 +33,7 @@ from .rules import RuleSet, load_rules
 class Wiring:
     config: Config
     host: Host
-    store: Store
+    store: DurableStore  # the incident store; it survives a full disk, a corrupt or a deleted file
     rules: RuleSet
     catalog: Catalog
     engine: Engine
@@ -85,8 +86,9 @@ def build(config: Config, *, host: Host | None = None, store: Store | None = Non
     """Everything the loop needs for `config`; rule or remediation errors raise before anything starts."""
     rules, catalog = load_catalogs(config)
     host = host or service_host(config)
-    store = store or Store(database_path(config.paths.state_dir))
-    return _assemble(config, host, store, rules, catalog, clock or SystemClock(), prober or Prober,
+    durable = DurableStore(store or open_store(database_path(config.paths.state_dir)),
+                           clock.sleep if clock else None)
+    return _assemble(config, host, durable, rules, catalog, clock or SystemClock(), prober or Prober,
                      preflight_checks)
 
 
@@ -112,7 +114,7 @@ def rebuild(old: Wiring, config: Config) -> Wiring:
     return _assemble(config, old.host, old.store, rules, catalog, old.clock, old.prober, old.preflight_checks)
 
 
-def _assemble(config: Config, host: Host, store: Store, rules: RuleSet, catalog: Catalog,
+def _assemble(config: Config, host: Host, store: DurableStore, rules: RuleSet, catalog: Catalog,
               clock: Clock, prober: Callable[[str], Prober],
               preflight_checks: Mapping[str, Callable] | None) -> Wiring:
     engine = Engine(host, config.paths.state_dir, catalog, incidents=store,

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent / "programs"))
 
 import fast_service  # noqa: E402
 from fault_harness import DaemonProcess, count, kill_service_sessions, wait_for  # noqa: E402
+from test_daemon_never_the_outage import _service_processes as service_processes  # noqa: E402
 
 from ddtreed.demo import free_port  # noqa: E402
 from ddtreed.host import LocalHost  # noqa: E402
@@ -98,13 +99,15 @@ def _trial(root: Path, index: int, point: tuple[str, float], cycle: dict) -> dic
     time.sleep(delay)  # the kill point itself; nothing is asserted after this wait
     first.kill()
     at_kill = target.read_bytes()
-    kill_service_sessions(directory)
+    # No cleanup here: the orphaned service is the new daemon's to find and stop (issue 16 item 1).
     second = DaemonProcess(config, directory / "daemon2.jsonl")
     try:
         wait_for(lambda: _running(state_dir, second), 60, what=f"trial {index}: restarted daemon serving")
         serves = _serves(port)
     finally:
         code = second.stop()
+    orphans = [process.pid for process in service_processes(directory)]
+    kill_service_sessions(directory)  # after counting: only what ddtreed failed to stop
     engine = Engine(LocalHost(), str(state_dir), load_remediations([shipped("remediations")]))
     with Store(database_path(state_dir)) as store:
         incidents = store.list_incidents(limit=100)
@@ -112,7 +115,7 @@ def _trial(root: Path, index: int, point: tuple[str, float], cycle: dict) -> dic
         "index": index, "kill_after": f"{delay:.2f}s after {anchor}", "anchor": anchor, "delay": delay,
         "at_kill": at_kill,
         "final": target.read_bytes(),
-        "serves": serves, "exit_code": code, "applied": engine.status(),
+        "serves": serves, "exit_code": code, "applied": engine.status(), "orphans": orphans,
         "journal": (state_dir / "remediation" / "journal.json").exists(),
         "incidents": incidents, "crashes": count(marks, "exit"),
         "first_opened": first.has("incident_opened"), "first_applied": first.has("remediation_applied"),
@@ -149,6 +152,7 @@ def test_service_ends_in_the_patched_configuration(trials, cycle):
         assert trial["final"] == cycle["post"], where
         assert trial["serves"], where
         assert trial["exit_code"] == 0, where
+        assert trial["orphans"] == [], f"{where}: service processes outlived ddtreed's clean stop"
         assert not trial["journal"], f"{where}: a remediation journal was left behind"
         active = [a for a in trial["applied"] if a.remediation_id == REMEDIATION]
         assert len(active) == 1, f"{where}: {len(active)} active applications of the patch"
@@ -192,12 +196,14 @@ def test_kill_at_each_engine_step(step, cycle, tmp_path):
     first = DaemonProcess(config, tmp_path / "daemon1.jsonl", env={"DDTREED_REMEDIATION_KILL_AT": step})
     assert first.process.wait(60) == -9
     assert target.read_bytes() in (cycle["pre"], cycle["post"])
-    kill_service_sessions(tmp_path / "run")
-    second = DaemonProcess(config, tmp_path / "daemon2.jsonl")
+    second = DaemonProcess(config, tmp_path / "daemon2.jsonl")  # the orphan is ddtreed's to stop
     try:
         wait_for(lambda: _running(tmp_path / "run" / "state", second), 60, what="the restarted daemon serving")
     finally:
         assert second.stop() == 0
+    orphans = service_processes(tmp_path / "run")
+    kill_service_sessions(tmp_path / "run")
+    assert orphans == [], "service processes outlived ddtreed's clean stop"
     assert target.read_bytes() == cycle["post"]
     with Store(database_path(tmp_path / "run" / "state")) as store:
         incidents = store.list_incidents(limit=100)

@@ -130,7 +130,7 @@ def test_nothing_left_to_try_escalates_freezes_and_relaunches_unchanged(tmp_path
     assert later and all(outcome.status == "open" for outcome in later)
     assert all("frozen" in loop.incident(o.incident_id)["outcome"] for o in later)
     assert loop.host.launches[-1] == FOUNDING_ARGV  # back to the launch that was configured
-    assert loop.daemon.board.current.state == "stopped"
+    assert loop.daemon.board.current.state == "gave-up"
     assert "escalated" in loop.daemon.lifecycle.history
 
 
@@ -143,7 +143,7 @@ def test_restart_budget_spent_gives_up_with_exit_3(tmp_path):
     assert [o.status for o in loop.outcomes] == ["open", "open", "open"]
     assert all("policy off" in loop.incident(o.incident_id)["outcome"] for o in loop.outcomes)
     assert loop.clock.monotonic() - started >= 2.0 + 4.0  # the backoff doubled, in fake seconds
-    assert loop.daemon.lifecycle.history[-3:] == ["escalated", "stopping", "stopped"]
+    assert loop.daemon.lifecycle.history[-3:] == ["escalated", "stopping", "gave-up"]
 
 
 def test_preflight_prevents_the_crash_before_the_first_launch(tmp_path):
@@ -213,7 +213,7 @@ def test_an_illegal_transition_is_a_bug_that_raises():
     with pytest.raises(ValueError, match="daemon state must be one of"):
         lifecycle.enter("dancing", "")
     assert seen == ["preflight", "stopping", "stopped"]
-    assert all(allowed(state, "stopping") for state in DAEMON_STATES if state != "stopped")
+    assert all(allowed(state, "stopping") for state in DAEMON_STATES if state not in ("stopped", "gave-up"))
 
 
 def test_crash_kinds_are_checked_at_write():
@@ -250,3 +250,33 @@ def test_sighup_rebuilds_the_wiring_and_the_next_start_uses_the_new_launch(tmp_p
     assert loop.daemon.budget.max_restarts == 9 and loop.daemon.budget is not first.budget
     assert loop.daemon.launch.argv[-1] == "--enable-metrics"  # used from the next (re)start
     assert loop.host.launches == [FOUNDING_ARGV]
+
+
+HANDLED = (
+    "[2026-01-01 00:00:00] ERROR:    Exception in ASGI application",
+    "Traceback (most recent call last):",
+    '  File "/venv/lib/python3.11/site-packages/starlette/routing.py", line 76, in app',
+    "    await response(scope, receive, send)",
+    "ValueError: Invalid request: 'max_new_tokens' must be a positive integer, got -3",
+)
+
+
+def test_item04_a_handled_traceback_while_healthy_is_observed_and_nothing_restarts(tmp_path):
+    loop = Loop(tmp_path, lambda argv, env, start: Launch(crash_after_s=30.0, crash_lines=HANDLED,
+                                                          crash_exit_code=None), stop_on=None)
+    loop.clock.at(loop.clock.monotonic() + 300.0, loop.daemon.request_stop)
+    assert loop.run() == EXIT_OK
+    assert loop.outcomes == [] and len(loop.host.launches) == 1  # never restarted
+    [incident] = loop.daemon.store.list_incidents()
+    assert incident["status"] == "observed" and incident["category"] == "unknown"
+    assert loop.steps(incident["id"]) == ["detected", "diagnosed", "observed"]
+    assert "crashed" not in loop.daemon.lifecycle.history
+
+
+def test_item04_a_traceback_with_the_service_dying_is_still_a_crash(tmp_path):
+    loop = Loop(tmp_path, lambda argv, env, start: Launch(crash_after_s=30.0, crash_lines=HANDLED),
+                policy={"mode": "off"})
+    assert loop.run() == EXIT_OK
+    [outcome] = loop.outcomes  # the loop stops on this event, before the relaunch
+    assert outcome.status == "open" and loop.incident(outcome.incident_id)["source"] == "crash"
+    assert "observed" not in loop.steps(outcome.incident_id) and "crashed" in loop.daemon.lifecycle.history

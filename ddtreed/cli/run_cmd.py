@@ -58,16 +58,29 @@ def _run(args: argparse.Namespace) -> int:
     from ..host import write_atomic
     from ..logsetup import configure
 
-    # stdout: journald under systemd (JSON), readable lines on a terminal
-    configure(json_output=None if args.log_format is None else args.log_format == "json")
-    daemon = _daemon(config)
-    daemon.install_signal_handlers()
-    pid_file = Path(config.paths.state_dir) / "ddtreed.pid"  # `fleet rules push` signals this pid
-    write_atomic(str(pid_file), f"{os.getpid()}\n".encode(), mode=0o644)
+    from ..state_lock import StateDirLocked, acquire, release
+
+    # One daemon per state dir, decided before anything in it is read or written: a second one
+    # would read the first one's "address in use" as a crash of its own and take the service down.
     try:
-        return daemon.run()
+        lock = acquire(config.paths.state_dir)
+    except StateDirLocked as error:
+        raise CliError(str(error), exit_code=2) from None
+    except OSError as error:
+        raise CliError(f"{config.paths.state_dir}: cannot lock the state dir: {error.strerror}", exit_code=2) from None
+    try:
+        # stdout: journald under systemd (JSON), readable lines on a terminal
+        configure(json_output=None if args.log_format is None else args.log_format == "json")
+        daemon = _daemon(config)
+        daemon.install_signal_handlers()
+        pid_file = Path(config.paths.state_dir) / "ddtreed.pid"  # `fleet rules push` signals this pid
+        write_atomic(str(pid_file), f"{os.getpid()}\n".encode(), mode=0o644)
+        try:
+            return daemon.run()
+        finally:
+            pid_file.unlink(missing_ok=True)
     finally:
-        pid_file.unlink(missing_ok=True)
+        release(lock)
 
 
 def _daemon(config, **options):

@@ -242,6 +242,24 @@ class SshHost:
         return sorted(row.pid for row in rows if not row.zombie and row.pid > 0
                       and remote_procs.carries_token(self._environ(row.pid), token))
 
+    def leftover_tokens(self, state_dir: str, port: int | None) -> set[str]:
+        """Tokens of processes whose environment names this state dir (the port is not checked)."""
+        from .._proctree import STATE_DIR_VARIABLE, TOKEN_VARIABLE
+
+        marker = f"{STATE_DIR_VARIABLE}={state_dir}".encode()
+        tokens = set()
+        for row in remote_procs.parse_ps(self.run(remote_procs.PS_ARGV, POLL_TIMEOUT_S)):
+            items = [] if row.zombie else self._environ(row.pid).split(b"\0")
+            if marker in items:
+                tokens |= {item.split(b"=", 1)[1].decode("ascii", "replace") for item in items
+                           if item.startswith(TOKEN_VARIABLE.encode() + b"=")}
+        return tokens
+
+    def sweep_token(self, token: str, name_patterns: tuple[str, ...]) -> list[int]:
+        rows = remote_procs.parse_ps(self.run(remote_procs.PS_ARGV, POLL_TIMEOUT_S))
+        sessions = {row.sid for row in rows if row.pid in set(self.token_holders(token)) and row.sid > 0}
+        return sorted({pid for sid in sessions for pid in self.sweep_session(sid, name_patterns, token)})
+
     def session_pids(self, session_id: int) -> list[int]:
         rows = remote_procs.parse_ps(self.run(remote_procs.PS_ARGV, POLL_TIMEOUT_S))
         return remote_procs.session_pids(rows, session_id)
