@@ -25,16 +25,21 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NCCL_NVLS_ENAB
 t0=$(date +%s.%N)
 step() { awk -v s="$t0" -v e="$(date +%s.%N)" -v m="$1" 'BEGIN { printf "[%7.1fs] %s\n", e - s, m }' | tee -a "$out/setup.txt"; }
 
-if [ ! -d /tmp/site/sglang ]; then
-  mkdir -p /tmp/site
-  for f in "$bundle"/site*.tar.xz; do [ -f "$f" ] && tar -xJf "$f" -C /tmp/site; done
-  step "bundle unpacked into /tmp/site"
-fi
+# Each part once (a warm machine keeps /tmp): the parts may come in separate commands when the
+# whole bundle does not fit one command's carry.
+mkdir -p /tmp/site
+for f in "$bundle"/site*.tar.xz; do
+  [ -f "$f" ] || continue
+  mark=/tmp/site/.unpacked-$(basename "$f")
+  [ -f "$mark" ] && continue
+  tar -xJf "$f" -C /tmp/site && touch "$mark" && step "unpacked $(basename "$f") into /tmp/site"
+done
 if [ -n "$wheels" ] && [ ! -d /tmp/ddtreed-deps ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/ddtreed-deps \
     "$wheels"/*.whl && step "ddtreed dependencies installed into /tmp/ddtreed-deps"
 fi
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}:/tmp/ddtreed-deps"
+if [ "${SETUP_ONLY:-0}" = 1 ]; then step "setup only"; exit 0; fi
 if [ ! -f /tmp/model/config.json ]; then
   PYTHONPATH=/tmp/site:$PYTHONPATH python3 "$model_script" /tmp/model /tmp/dflash_draft >"$out/model.txt" 2>&1
   step "tiny model made (rc $?)"
