@@ -60,7 +60,7 @@ def test_the_injected_narrow_width_launch_falls_back_and_the_patched_one_replays
 
 
 def test_a_killed_detokenizer_is_one_child_death_and_its_sigquit_echo_is_dropped():
-    (launch,) = [lines for lines in launches("ngram") if any("Subprocess detokenizer" in l for l in lines)]
+    (launch,) = [lines for lines in launches("ngram") if any("Subprocess detokenizer" in text for text in lines)]
     _, groups, _ = replay(launch)
     crashes = without_echoes(tuple(c for g in groups for c in g))
     assert [c.kind for c in crashes] == ["child-death"]

@@ -17,9 +17,8 @@ from ddtreed.health import Prober
 from ddtreed.host import http_base_url
 from ddtreed.records import LogChunk
 from ddtreed.serving import (ServingSettings, ServingWatch, faulthandler_dump, hang_evidence,
-                             port_owner_in_tree, python_stacks)
+                             port_owner_in_tree)
 
-from supervision_helpers import wait_for
 
 
 class _Health(BaseHTTPRequestHandler):
