@@ -27,6 +27,7 @@ CHILD_NAME_PATTERNS = (
 DEFAULT_PORT = 30000  # SGLang's own default for --port
 _POLL_S = 0.05
 _GROUP_TERM_S = 5.0  # after a failed drain the group gets this long before SIGKILL
+_CRASH_TERM_S = 1.0  # a failed service's group: SIGTERM, then SIGKILL after this long
 _KILL_WAIT_S = 10.0  # SIGKILL is immediate unless a process sits in a driver call
 _ROTATE_CHECK_S = 5.0  # a stat per log file at most this often while running
 _PROGRESS_EVERY_S = 2.0
@@ -155,8 +156,10 @@ class Supervisor:
                                      "policy.stop_grace_s; terminating its process group")
             if self._tree_alive(process):
                 process.signal_group(signal.SIGTERM)
-                status = self._wait_tree_exit(process, self._clock() + (min(grace, _GROUP_TERM_S)
-                                                                        if drain else grace))
+                # a failed service gets _CRASH_TERM_S: SGLang's launcher sits in a fixed 5 s
+                # "let GPU activity settle" sleep after a child's death, and nothing is left to save
+                status = self._wait_tree_exit(process, self._clock() + min(
+                    grace, _GROUP_TERM_S if drain else _CRASH_TERM_S))
         if self._tree_alive(process):
             status = self._kill_group(process, grace)
         swept = self.host.sweep_session(process.pid, CHILD_NAME_PATTERNS, token=self._token)

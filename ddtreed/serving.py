@@ -24,6 +24,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -152,6 +153,8 @@ class ServingWatch:
         self._graph_lines = 0
         self._low: list[str] = []
         self._reported: set[str] = set()
+        self._probe: threading.Thread | None = None
+        self._result = None
         self.last_decode: DecodeStats | None = None
         self.decode_accept: float | None = None  # the latest decode line's accept length
 
@@ -200,16 +203,25 @@ class ServingWatch:
         return events
 
     def tick(self) -> list[ServingEvent]:
-        """A health probe when one is due; an event once `failures` failed in a row."""
+        """Start a health probe when one is due, take the answer of one that finished; an event
+        once `failures` failed in a row. The probe runs in a thread: a request to a hung server
+        must not stop the loop from reading the log (real H200: a killed scheduler's line waited
+        5 s behind a blocked probe)."""
         settings = self.settings
-        if settings.interval_s <= 0 or self._clock() < self._next_probe:
+        if settings.interval_s <= 0:
             return []
-        result = self.prober.health(self._clock() + settings.timeout_s)
+        probe = self._probe
+        if probe is None:
+            if self._clock() >= self._next_probe:
+                self._start_probe()
+            return []
+        if probe.is_alive():
+            return []
+        self._probe = None
         self._next_probe = self._clock() + settings.interval_s
-        if result.ok:
+        result = self._result
+        if result is None or result.ok:
             self._failed.clear()
-            if self._on_ok is not None:
-                self._on_ok()
             return []
         self._failed.append(f"{result.detail} after {result.elapsed_s:.1f}s")
         log.warning("serving.probe_failed", detail=result.detail, consecutive=len(self._failed),
@@ -220,6 +232,30 @@ class ServingWatch:
         return [ServingEvent(UNHEALTHY, f"{len(self._failed)} health probes failed in a row while "
                              f"serving (every {settings.interval_s:g}s, {settings.timeout_s:g}s each)",
                              self._wall(), tuple(self._failed), {"failures": len(self._failed)})]
+
+    def _start_probe(self) -> None:
+        self._result = None
+        deadline = self._clock() + self.settings.timeout_s
+
+        def probe() -> None:
+            try:
+                self._result = self.prober.health(deadline)
+            except Exception as error:  # noqa: BLE001 - a probe's failure is a failed probe
+                from .records import HealthResult
+
+                self._result = HealthResult(ok=False, stage="health", detail=f"probe error: {error}")
+
+        self._probe = threading.Thread(target=probe, name="ddtreed-serving-probe", daemon=True)
+        self._probe.start()
+
+    @property
+    def probe_in_flight(self) -> bool:
+        return self._probe is not None and self._probe.is_alive()
+
+    def close(self) -> None:
+        """Wait briefly for a probe in flight (its deadline bounds it)."""
+        if self._probe is not None:
+            self._probe.join(self.settings.timeout_s + 1)
 
 
 # ---- hang evidence ------------------------------------------------------------------------------

@@ -19,22 +19,27 @@ out=${1:?usage: gpu-real-sglang.sh OUT_DIR SCENARIO...}; shift
 bundle=${BUNDLE_DIR:-.real-sglang}
 wheels=${WHEELS_DIR:-}
 model_script=${MODEL_SCRIPT:-$here/make_tiny_model.py}
-mkdir -p "$out"
+mkdir -p "$out" && out=$(cd "$out" && pwd)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NCCL_NVLS_ENABLE=0 \
   TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 t0=$(date +%s.%N)
 step() { awk -v s="$t0" -v e="$(date +%s.%N)" -v m="$1" 'BEGIN { printf "[%7.1fs] %s\n", e - s, m }' | tee -a "$out/setup.txt"; }
 
-if [ ! -d /tmp/site/sglang ]; then
-  mkdir -p /tmp/site
-  for f in "$bundle"/site*.tar.xz; do [ -f "$f" ] && tar -xJf "$f" -C /tmp/site; done
-  step "bundle unpacked into /tmp/site"
-fi
+# Each part once (a warm machine keeps /tmp): the parts may come in separate commands when the
+# whole bundle does not fit one command's carry.
+mkdir -p /tmp/site
+for f in "$bundle"/site*.tar.xz; do
+  [ -f "$f" ] || continue
+  mark=/tmp/site/.unpacked-$(basename "$f")
+  [ -f "$mark" ] && continue
+  tar -xJf "$f" -C /tmp/site && touch "$mark" && step "unpacked $(basename "$f") into /tmp/site"
+done
 if [ -n "$wheels" ] && [ ! -d /tmp/ddtreed-deps ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/ddtreed-deps \
     "$wheels"/*.whl && step "ddtreed dependencies installed into /tmp/ddtreed-deps"
 fi
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}:/tmp/ddtreed-deps"
+if [ "${SETUP_ONLY:-0}" = 1 ]; then step "setup only"; exit 0; fi
 if [ ! -f /tmp/model/config.json ]; then
   PYTHONPATH=/tmp/site:$PYTHONPATH python3 "$model_script" /tmp/model /tmp/dflash_draft >"$out/model.txt" 2>&1
   step "tiny model made (rc $?)"
@@ -43,11 +48,13 @@ fi
   nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
   python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)'
   PYTHONPATH=/tmp/site python3 -c 'import importlib.metadata as m; print("sglang", m.version("sglang"))'
-  python3 -c 'import ddtreed, structlog, watchdog, sqlite_utils; print("ddtreed", ddtreed.__version__, "from", ddtreed.__file__)'
+  (cd /tmp && python3 -c 'import ddtreed, structlog, watchdog, sqlite_utils; print("ddtreed", ddtreed.__version__, "from", ddtreed.__file__)')
 } >>"$out/versions.txt" 2>&1
 step "versions: $(tr '\n' ';' <"$out/versions.txt")"
 
-python3 "$here/real_sglang_scenarios.py" "$out" "$@" 2>&1 | tee -a "$out/scenarios.txt"
+# From /tmp: `python3 -m ddtreed` puts the working directory first on sys.path, and the checkout
+# the device tool sends may hold another ddtreed than the one staged in $repo.
+(cd /tmp && python3 "$here/real_sglang_scenarios.py" "$out" "$@") 2>&1 | tee -a "$out/scenarios.txt"
 status=${PIPESTATUS[0]}
 step "scenarios done (rc $status)"
 exit "$status"

@@ -255,7 +255,8 @@ def leftovers() -> list[dict]:
     for proc in psutil.process_iter(["pid", "name", "cmdline"]):
         try:
             cmd = " ".join(proc.info["cmdline"] or [])
-            if proc.pid != os.getpid() and ("sglang.launch_server" in cmd or (proc.info["name"] or "").startswith("sglang::")):
+            named = (proc.info["name"] or "").startswith("sglang::")
+            if proc.pid != os.getpid() and ("sglang.launch_server" in cmd or named):
                 found.append({"pid": proc.pid, "name": proc.info["name"], "cmd": cmd[:120]})
                 proc.kill()
         except psutil.Error:

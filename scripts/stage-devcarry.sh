@@ -7,6 +7,6 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 dest=${1:?usage: stage-devcarry.sh DEST}
 rm -rf "$dest" && mkdir -p "$dest"
-(cd "$here" && tar --exclude=__pycache__ -cf - ddtreed rules remediations scripts examples) | tar -xf - -C "$dest"
+(cd "$here" && tar --exclude=__pycache__ -cf - ddtreed rules remediations scripts examples pyproject.toml) | tar -xf - -C "$dest"
 if [ -n "${WHEELS:-}" ]; then mkdir -p "$dest/whl" && cp "$WHEELS"/*.whl "$dest/whl/"; fi
 du -sb "$dest" | awk '{printf "staged %.2f MB in %s\n", $1 / 1e6, $2}'

@@ -5,8 +5,6 @@ one crash is one crash, and a launch whose port another server holds is never ta
 from __future__ import annotations
 
 import json
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -114,7 +112,6 @@ def test_a_taken_port_is_port_in_use_and_never_a_false_ready(tmp_path):
         config = demo_config(tmp_path / "demo", algorithm="DFLASH", port=port, probe=SERVING,
                              policy={"max_restarts": 1})
         daemon = Daemon(config)
-        run = Run(daemon)
         states = []
         daemon.subscribe(lambda event: states.append(type(event).__name__))
         stop_on(daemon, Outcome)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path

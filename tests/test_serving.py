@@ -17,9 +17,8 @@ from ddtreed.health import Prober
 from ddtreed.host import http_base_url
 from ddtreed.records import LogChunk
 from ddtreed.serving import (ServingSettings, ServingWatch, faulthandler_dump, hang_evidence,
-                             port_owner_in_tree, python_stacks)
+                             port_owner_in_tree)
 
-from supervision_helpers import wait_for
 
 
 class _Health(BaseHTTPRequestHandler):
@@ -48,17 +47,39 @@ def server():
     httpd.server_close()
 
 
+def one_probe(watch) -> list:
+    """Tick until one probe was started and its answer taken (probes run in a thread)."""
+    events = watch.tick()
+    deadline = time.monotonic() + 30
+    while not watch.probe_in_flight and time.monotonic() < deadline and watch._probe is None:
+        time.sleep(0.005)
+        events += watch.tick()
+    while watch.probe_in_flight and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return events + watch.tick()
+
+
+def test_a_probe_in_flight_does_not_block_the_loop(server):
+    prober = Prober(http_base_url("127.0.0.1", server.server_address[1]))
+    watch = ServingWatch(ServingSettings(interval_s=0.0001, timeout_s=1.5, failures=2), prober,
+                         captured_graphs=True)
+    server.hung.set()
+    time.sleep(0.01)
+    started = time.monotonic()
+    assert watch.tick() == [] and watch.probe_in_flight  # started, and returned at once
+    assert time.monotonic() - started < 1.0 or watch.probe_in_flight
+    assert feed(watch, *[decode(False)] * 5)  # log lines are read while the probe waits
+
+
 def test_a_hung_server_is_an_event_after_the_threshold_of_consecutive_failures(server):
     prober = Prober(http_base_url("127.0.0.1", server.server_address[1]))
     watch = ServingWatch(ServingSettings(interval_s=0.05, timeout_s=0.3, failures=3), prober,
                          captured_graphs=True)
+    assert one_probe(watch) == []  # healthy first
+    server.hung.set()  # then hung
     events = []
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and len(events) < 1:
-        events += watch.tick()
-        if not server.hung.is_set() and time.monotonic() > deadline - 9:
-            server.hung.set()  # healthy first, then hung
-        time.sleep(0.02)
+    for _ in range(3):
+        events += one_probe(watch)
     assert [e.kind for e in events] == ["unhealthy"]
     assert len(events[0].evidence) == 3 and all("/health_generate" in line for line in events[0].evidence)
     assert events[0].crash().message.startswith("serving: unhealthy: 3 health probes failed in a row")
@@ -69,13 +90,11 @@ def test_one_failed_probe_between_good_ones_is_no_event(server):
     watch = ServingWatch(ServingSettings(interval_s=0.0001, timeout_s=0.3, failures=2), prober,
                          captured_graphs=True)
     server.hung.set()
-    assert watch.tick() == []  # one failure
+    assert one_probe(watch) == []  # one failure
     server.hung.clear()
-    time.sleep(0.01)
-    assert watch.tick() == []  # a success resets the count
+    assert one_probe(watch) == []  # a success resets the count
     server.hung.set()
-    time.sleep(0.01)
-    assert watch.tick() == []
+    assert one_probe(watch) == []
 
 
 def decode(graph: bool, accept: float = 2.5) -> str:
