@@ -247,3 +247,43 @@ def test_a_refused_connection_is_one_line():
     status, _, error = request(f"http://127.0.0.1:{_dead_port()}", "GET", "/health", None,
                                time.monotonic() + 10)
     assert status is None and error.startswith("ConnectionRefusedError"), error
+
+
+def test_sigterm_ends_the_real_daemon_while_a_probe_trickles(tmp_path):
+    """`ddtreed run` probing a server that answers one byte a second: SIGTERM stops it at once,
+    not after the probe budget (120 s here; the old per-read timeout never ended at all)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    port = _dead_port()
+    marker = tmp_path / "probed"
+    config = tmp_path / "ddtreed.toml"
+    config.write_text(
+        f'[service]\nargv = ["{sys.executable}", "{root / "tests" / "programs" / "trickle_service.py"}", '
+        f'"{port}", "{marker}"]\nport = {port}\n'
+        f'[paths]\nstate_dir = "{tmp_path / "state"}"\nlog_dir = "{tmp_path / "logs"}"\n'
+        '[policy]\nstop_grace_s = 5\n[probe]\nhealth_timeout_s = 120\nstartup_timeout_s = 120\n'
+        '[preflight]\nenabled = false\n[canary]\nenabled = false\n')
+    daemon = subprocess.Popen([sys.executable, "-m", "ddtreed", "run", "--config", str(config)],
+                              cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline and daemon.poll() is None:
+            time.sleep(0.1)
+        assert marker.exists(), "the daemon never probed the service"
+        time.sleep(1.0)  # well inside the trickle: the probe is reading
+        daemon.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        code = daemon.wait(timeout=100)
+        stopped_after = time.monotonic() - started
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(30)
+    assert code == 0, daemon.stderr.read()[-2000:]
+    assert stopped_after < 60  # the stop grace (5 s) and the port wait, never the 120 s probe budget
