@@ -1,4 +1,4 @@
-"""Item 5 of issue 16 (fixed by helper ops in ddtreed/health.py): every hostile HTTP answer is one
+"""Item 5 of issue 16 (fixed in ddtreed/health.py): every hostile HTTP answer is one
 case of the harness; the prober returns a failed result within its deadline, never raises, never
 reads an unbounded body."""
 
@@ -15,9 +15,6 @@ from ddtreed.health import Prober
 DEADLINE_S = 3.0
 GIVE_UP_S = 30.0  # ten times the deadline: only a prober without a whole-request deadline is slower
 BODY_CAP_BYTES = 64 * 1024 * 1024  # whatever the prober's cap is, it must be below this
-
-needs_prober_fix = pytest.mark.xfail(reason="needs item 5 prober fix (helper ops)", strict=False)
-
 
 def _generate(base_url: str) -> dict:
     outcome: dict = {}
@@ -38,7 +35,6 @@ def _generate(base_url: str) -> dict:
     return outcome
 
 
-@needs_prober_fix
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", HostileHTTP.MODES)
 def test_item05_a_hostile_answer_is_a_failed_probe_within_the_deadline(mode):
