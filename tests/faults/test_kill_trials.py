@@ -140,6 +140,11 @@ def trials(tmp_path_factory) -> list[dict]:
                 os.killpg(process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+    summary = {"trials": len(results), "kills_with_service_live": sum(1 for t in results if t["left_running"]),
+               "orphans": sum(len(t["orphans"]) for t in results),
+               "open_incidents": sum(1 for t in results for i in t["incidents"] if i[1] == "open"),
+               "torn": sum(len(t["torn"]) for t in results), "not_serving": sum(1 for t in results if not t["served"])}
+    (root / "summary.json").write_text(json.dumps({"summary": summary, "trials": results}, indent=1, default=str))
     return results
 
 
