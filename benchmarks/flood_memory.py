@@ -5,7 +5,8 @@ The service (tests/programs/fast_service.py, serving) is supervised; the flood i
 stderr log in one write burst, as a crash-looping scheduler with many ranks would. The daemon's
 peak RSS is its kernel high-water mark (VmHWM in /proc/PID/status), so no short peak is missed;
 the same-run baseline is its RSS just before the flood. A second daemon gets the flood and a
-SIGTERM `--term-after-s` later. Prints ONE JSON object.
+SIGTERM `--term-after-s` later (each delay
+hits another phase: reading, diagnosing, stopping the service, draining, relaunching). Prints ONE JSON object.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def main() -> None:
     parser.add_argument("--tracebacks", type=int, default=100_000)
     parser.add_argument("--frames", type=int, default=3)
     parser.add_argument("--settle-s", type=float, default=60.0, help="longest wait for the flood to be handled")
-    parser.add_argument("--term-after-s", type=float, default=1.0)
+    parser.add_argument("--term-after-s", default="0.5,1,2,4",
+                        help="SIGTERM this long after the flood was written (one fresh daemon each)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="ddtreed-flood-"))
 
@@ -93,19 +95,21 @@ def main() -> None:
         stop_daemon(daemon)
     opened = [e for e in events(log_path) if e.get("event") == "incident_opened"]
 
-    daemon, stderr_log, _ = serving_daemon(root / "sigterm")
-    try:
-        write_flood(stderr_log, args.tracebacks, args.frames)
-        time.sleep(args.term_after_s)
-        sent = time.monotonic()
-        daemon.send_signal(signal.SIGTERM)
+    term_s = {}
+    for point in [float(value) for value in args.term_after_s.split(",")]:
+        daemon, stderr_log, _ = serving_daemon(root / f"sigterm-{point}")
         try:
-            code = daemon.wait(120)
-        except Exception:  # noqa: BLE001  (a hung daemon is a result, reported below)
-            code = None
-        term_s = time.monotonic() - sent
-    finally:
-        stop_daemon(daemon)
+            write_flood(stderr_log, args.tracebacks, args.frames)
+            time.sleep(point)
+            sent = time.monotonic()
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(120)
+            except Exception:  # noqa: BLE001  (a hung daemon is a result: the time says it)
+                pass
+            term_s[str(point)] = round(time.monotonic() - sent, 2)
+        finally:
+            stop_daemon(daemon)
     emit({
         "benchmark": "flood_memory", "tracebacks": args.tracebacks, "frames": args.frames,
         "flood_mb": round(flood_bytes / MB, 1),
@@ -113,8 +117,8 @@ def main() -> None:
         "peak_over_baseline_mb": round((peak_kb - baseline_kb) / 1024, 1),
         "rss_after_mb": round(after_kb / 1024, 1), "incidents_opened": len(opened),
         "flood_handled_s": round(handled_s, 2),
-        "sigterm_to_exit_s": round(term_s, 2), "sigterm_exit_code": code,
-        "goal": {"peak_rss_mb": 60, "sigterm_to_exit_s": 2.0},
+        "sigterm_to_exit_s_by_delay": term_s, "sigterm_to_exit_s_max": max(term_s.values()),
+        "goal": {"peak_rss_mb": 60, "sigterm_to_exit_s_max": 2.0},
     })
 
 

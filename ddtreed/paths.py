@@ -40,8 +40,8 @@ def untrusted(path: str | os.PathLike[str], roots: Iterable[str | os.PathLike[st
     """Why a rule/remediation file or directory must not be loaded ("refused: …"), or None.
 
     Rules, remediations and the config decide what the daemon patches and runs, so only root or
-    ddtreed's own user may own them and nobody else may write them. `roots` are the configured directories the real path
-    (symlinks resolved) must stay in.
+    ddtreed's own user may own them and nobody else may write them. `roots` are the configured
+    directories the real path (symlinks resolved) must stay in.
     Raises OSError (FileNotFoundError…) when the path cannot be examined.
     """
     real = os.path.realpath(path)

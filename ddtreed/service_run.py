@@ -110,7 +110,7 @@ class ServiceRun:
             quiet_since = clock.monotonic()
             deadline = quiet_since + DRAIN_MAX_S
             while (now := clock.monotonic()) < deadline and now - quiet_since < DRAIN_QUIET_S:
-                self._on_turn()
+                self._on_turn()  # a flood keeps the logs busy for DRAIN_MAX_S: SIGTERM is answered here
                 chunks = self.follower.read()
                 for chunk in chunks:
                     self.assembler.feed(chunk)

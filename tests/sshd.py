@@ -148,6 +148,8 @@ class TestFleet:
 
 def start_test_fleet(directory: Path) -> TestFleet:
     directory.mkdir(parents=True, exist_ok=True)
+    # An installed host has its state dir (`ddtreed status` exits 2 without one, 3 when no daemon runs).
+    (directory / "remote-state").mkdir(mode=0o700, exist_ok=True)
     client_key = directory / "client_key"
     client_public = keygen(client_key)
     stranger_public = keygen(directory / "stranger_key")

@@ -47,3 +47,36 @@ def test_flood_an_incident_stores_at_most_max_stored_crashes(tmp_path):
         stored = store.get(incident_id)["tracebacks"]
     assert len(stored) == encode.MAX_STORED_CRASHES
     assert stored[0]["message"] == "flood 0"
+
+
+def test_flood_draining_a_flooded_log_still_answers_signals(tmp_path):
+    """SIGTERM during a flood: the drain after a crash reads until the logs go quiet, which a flood
+    never does (DRAIN_MAX_S); every read first answers the signal queue (before: 27.7 s to exit)."""
+    from ddtreed.clock import SystemClock
+    from ddtreed.service_run import ServiceRun
+    from supervision_helpers import make_config
+
+    class Stop(Exception):
+        pass
+
+    turns = []
+
+    def on_turn():
+        turns.append(1)
+        if len(turns) == 3:
+            raise Stop()
+
+    log = tmp_path / "flood.log"
+    log.write_text("".join(traceback_text(index, 3) for index in range(2000)))
+    run = ServiceRun(None, make_config(tmp_path, ["true"]), ["true"], {}, SystemClock(), on_turn=on_turn)
+    run.follower = Follower([str(log)], max_bytes_per_read=4096)  # many reads: the flood outlasts them
+    try:
+        try:
+            run.drain()
+        except Stop:
+            pass
+        else:
+            raise AssertionError("the drain never answered the signal queue")
+    finally:
+        run.follower.close()
+    assert len(turns) == 3

@@ -1,4 +1,4 @@
-"""Item 5 of issue 16 (fixed by helper ops in ddtreed/health.py): every hostile HTTP answer is one
+"""Item 5 of issue 16 (fixed in ddtreed/health.py): every hostile HTTP answer is one
 case of the harness; the prober returns a failed result within its deadline, never raises, never
 reads an unbounded body."""
 

@@ -50,6 +50,7 @@ def test_item07_an_untrusted_config_file_is_refused_with_one_line_and_exit_2(tmp
 def test_item07_a_trusted_config_still_loads(tmp_path):
     config = service_config(tmp_path / "run")
     os.chmod(config, 0o600)
+    (tmp_path / "run" / "state").mkdir(mode=0o700)
     result = run_cli("status", "--config", str(config), "--json", timeout=30)
     assert result.returncode in (0, 1, 3), result.stderr  # "not running" is an answer, not a refusal
     assert "refused" not in result.stderr

@@ -35,7 +35,7 @@ TRIALS = int(os.environ.get("DDTREED_KILL_TRIALS", "50"))
 WORKERS = 4  # trials mostly wait (probes, settle windows): four at a time fit two cores
 SEED = int(os.environ.get("DDTREED_KILL_SEED", "16"))
 PATCH = "ddtree-verify-graph-width"
-ONE_CYCLE_S = 6.0  # kill points spread over the start, crash, patch, restart and serving
+ONE_CYCLE_S = 4.0  # kill points after the first launch: crash, diagnosis, patch, restart, verify, serving
 
 
 def _service_processes(directory: Path) -> list[psutil.Process]:
@@ -81,13 +81,17 @@ def _trial(root: Path, index: int, kill_after: float, pre: bytes, post: bytes) -
     config = fast_service.write_config(directory, port=free_port(), extra_args=("--events", str(marks)))
     state_dir = directory / "state"
     first = DaemonProcess(config, directory / "daemon1.jsonl")
+    # Counted from the first launch, not from the daemon's start: a loaded box can take seconds
+    # to import, and every kill must land while ddtreed supervises a live service.
+    wait_for(lambda: first.has("service.started") or first.process.poll() is not None, 60,
+             what=f"trial {index}: the first daemon to launch its service")
     time.sleep(kill_after)  # the kill point itself; nothing is asserted after this wait
     first.kill()  # SIGKILL the daemon only: its service, in its own session, lives on
     left_running = len(_service_processes(directory))
     second = DaemonProcess(config, directory / "daemon2.jsonl")
     problems = []
     try:
-        wait_for(lambda: _settled(state_dir, second), 90, what="the new daemon to settle")
+        wait_for(lambda: _settled(state_dir, second), 60, what="the new daemon to settle")
         served = read_status(state_dir).state == "running"
     except AssertionError as error:  # recorded, so that every trial runs and the report lists all
         problems.append(str(error))
@@ -121,9 +125,14 @@ def trials(tmp_path_factory) -> list[dict]:
     post = engine.plan(PATCH, site_packages=str(calibration / "site-packages")).files[0].after
     chooser = random.Random(SEED)
     points = [chooser.uniform(0.0, ONE_CYCLE_S) for _ in range(TRIALS)]
+    results: list[dict] = []
     try:
         with ThreadPoolExecutor(WORKERS) as pool:
-            results = list(pool.map(lambda item: _trial(root, item[0], item[1], pre, post), enumerate(points)))
+            for start in range(0, len(points), WORKERS):  # one batch at a time: stop at the first failure
+                batch = list(enumerate(points))[start:start + WORKERS]
+                results += pool.map(lambda item: _trial(root, item[0], item[1], pre, post), batch)
+                if any(_failed(trial) for trial in results):
+                    break  # the verdict is in; the remaining trials would only cost minutes each
     finally:
         # Only after the measurements: leave the shared box as it was for the tests that follow.
         for process in _service_processes(root):
@@ -131,6 +140,11 @@ def trials(tmp_path_factory) -> list[dict]:
                 os.killpg(process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+    summary = {"trials": len(results), "kills_with_service_live": sum(1 for t in results if t["left_running"]),
+               "orphans": sum(len(t["orphans"]) for t in results),
+               "open_incidents": sum(1 for t in results for i in t["incidents"] if i[1] == "open"),
+               "torn": sum(len(t["torn"]) for t in results), "not_serving": sum(1 for t in results if not t["served"])}
+    (root / "summary.json").write_text(json.dumps({"summary": summary, "trials": results}, indent=1, default=str))
     return results
 
 
@@ -139,8 +153,19 @@ def trials(tmp_path_factory) -> list[dict]:
 needs_recovery = pytest.mark.xfail(reason="needs item 1 recovery fix", strict=False)
 
 
+def _failed(trial: dict) -> bool:
+    return bool(trial["orphans"] or trial["torn"] or trial["problems"] or trial["exit_code"] != 0
+                or any(status == "open" for _, status, _ in trial["incidents"]))
+
+
 def _where(trial: dict) -> str:
     return f"trial {trial['index']} (killed after {trial['kill_after']}s)"
+
+
+@pytest.mark.slow
+@needs_recovery
+def test_kill_trials_all_ran(trials):
+    assert len(trials) == TRIALS, f"stopped after {len(trials)} of {TRIALS} trials at the first failure"
 
 
 @pytest.mark.slow
