@@ -24,9 +24,11 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "verifying": frozenset({"running", "crashed", "remediating", "escalated"}),
     "backoff": frozenset({"starting", "escalated"}),
     "escalated": frozenset({"starting", "backoff", "crashed"}),
-    "stopping": frozenset({"stopped"}),
+    "stopping": frozenset({"stopped", "gave-up"}),
     "stopped": frozenset(),
+    "gave-up": frozenset(),  # final, like stopped: `status` says it gave up, not that it stopped
 }
+FINAL = ("stopped", "gave-up")
 
 
 class Stopping(Exception):
@@ -38,7 +40,7 @@ class IllegalTransition(RuntimeError):
 
 
 def allowed(source: str, target: str) -> bool:
-    if source == "stopped":
+    if source in FINAL:
         return False
     return target == source or target == "stopping" or target in TRANSITIONS[source]
 

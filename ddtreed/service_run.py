@@ -11,6 +11,7 @@ from typing import Callable
 from .clock import Clock
 from .config import Config
 from .health import MilestoneTracker
+from .incidents.evidence import ServiceOutput
 from .host import Host
 from .launch import Supervisor
 from .records import Crash, ExitStatus
@@ -29,6 +30,8 @@ class ServiceRun:
         self.supervisor = Supervisor(host, config, argv, env, clock=clock.monotonic)
         self.assembler = Assembler(eager=True)
         self.milestones = MilestoneTracker()
+        stdout_log, stderr_log = self.supervisor.log_paths
+        self.output = ServiceOutput([stderr_log], [stdout_log])  # what it said, for the incident
         self.follower = None
         self._closed = False
         self._on_turn, self._on_progress = on_turn, on_progress
@@ -80,6 +83,7 @@ class ServiceRun:
         self.follower.wait(timeout)
         for chunk in self.follower.read():
             self.assembler.feed(chunk)
+            self.output.feed(chunk)
             if self.milestones.feed(chunk):
                 self._on_progress(self.milestones.progress_text())
             if self.serving is not None:
@@ -103,6 +107,7 @@ class ServiceRun:
                 chunks = self.follower.read()
                 for chunk in chunks:
                     self.assembler.feed(chunk)
+                    self.output.feed(chunk)
                 if chunks:
                     quiet_since = clock.monotonic()
                 else:
