@@ -70,7 +70,7 @@ class Daemon:
         self._stop_asked = False  # a SIGTERM/SIGINT is queued: probes end early
         self.reloads = 0  # SIGHUPs handled; a blocked launch waits for the next one
         self.prevented_pending: list[int] = []  # preflight incidents awaiting a healthy start
-        self.gave_up = False  # the restart budget was spent: the daemon ends `gave-up`, not `stopped`
+        self.gave_up = ""  # why the restart budget ran out: the daemon then ends `gave-up`, not `stopped`
         self.last_incident_id: int | None = None
         self._subscribers: list[Callable[[object], None]] = []
 
@@ -287,7 +287,7 @@ class Daemon:
         reason = (f"restart budget spent: {self.budget.starts_in_window} starts in "
                   f"{policy.restart_window_s:g} s (policy.max_restarts = {policy.max_restarts})")
         give_up(self, self.last_incident_id, reason)
-        self.gave_up = True
+        self.gave_up = reason
         self.lifecycle.enter("escalated", f"gave up: {reason}; the service stays stopped, a person must look")
         log.error("restart_budget_spent", max_restarts=policy.max_restarts, incident_id=self.last_incident_id,
                   hint="fix the cause, then restart ddtreed (systemctl restart); exit code 75")
@@ -335,7 +335,7 @@ class Daemon:
                 if resource is not None:
                     resource.close()
             if self.gave_up:
-                self.lifecycle.enter("gave-up", self.board.current.status_text or "gave up")
+                self.lifecycle.enter("gave-up", self.gave_up)
             else:
                 self.lifecycle.enter("stopped", "stopped")
 

@@ -162,8 +162,8 @@ def _headline(report: dict[str, Any], daemon: dict[str, Any], colour: bool = Fal
         return f"ddtreed: {paint(state, word, colour)} (pid {daemon['pid']}, {where}): {daemon['status_text']}"
     if state == GAVE_UP:
         return (f"ddtreed: {paint('GAVE UP', 'escalated', colour)} {_ago(report['seconds_since_update'])}: "
-                f"{daemon['status_text'] or 'restart budget spent'}; it exited and will not restart the "
-                f"service: a person must look, then restart ddtreed ({where})")
+                f"{daemon['status_text'] or 'restart budget spent'}; it exited and left the service "
+                f"stopped: a person must look, then restart ddtreed ({where})")
     if state == "stopped":
         return f"ddtreed: stopped {_ago(report['seconds_since_update'])} ({where})"
     return (f"ddtreed: NOT RUNNING: stale state: pid {daemon['pid']} is gone; it last wrote "
