@@ -31,6 +31,7 @@ STATUS_MEANS = {
     "escalated": "needs a person: nothing left to try automatically",
     "prevented": "fixed before the launch",
     "advised": "recorded what would be done (policy advise/off)",
+    "observed": "recorded; nothing for ddtreed to do",
 }
 APPLICATION_WORDS = {
     "verified": "applied, verified (kept)",
