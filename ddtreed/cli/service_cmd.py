@@ -13,8 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .common import (CliError, add_config, add_json, add_state_dir, load_config, print_json,
-                     require_state_dir, state_dir)
+from .common import CliError, add_config, add_json, add_state_dir, load_config, print_json, state_dir
 
 RUNNING, STALE, NOT_RUNNING = 0, 1, 3
 GAVE_UP = "gave-up"  # the daemon's final state when the restart budget was spent (it exited)
@@ -66,7 +65,9 @@ def run_install(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    directory = Path(require_state_dir(state_dir(args, load_config(args.config))))
+    # Not require_state_dir: "no such directory" is LSB's "not running" (exit 3), and fleet status
+    # asks hosts where no daemon ever ran.
+    directory = Path(state_dir(args, load_config(args.config)))
     reports = [_report(directory)]
     # The template unit keeps each instance in <dir>/<name>: with nothing in <dir>, show those.
     found = [] if reports[0]["daemon"] else sorted(p.parent for p in directory.glob(f"*/{STATUS_FILE}"))
@@ -143,7 +144,8 @@ def _since(now: float, then: float | None) -> float | None:
 def _render(report: dict[str, Any], colour: bool = False) -> str:
     daemon = report["daemon"]
     if daemon is None:
-        lines = [f"ddtreed: not running: no daemon has written state in {report['state_dir']} "
+        missing = "" if Path(report["state_dir"]).is_dir() else " (no such directory)"
+        lines = [f"ddtreed: not running: no daemon has written state in {report['state_dir']}{missing} "
                  f"(no {STATUS_FILE}; is --state-dir the config's paths.state_dir?)"]
     else:
         lines = [_headline(report, daemon, colour), *_service_lines(report, daemon)]
