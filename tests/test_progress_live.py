@@ -69,7 +69,7 @@ def test_progress_healthy_step_and_fresh_last_healthy(tmp_path):
             [incident] = store.list_incidents()
             steps = {s["step"]: s["at"] for s in store.get(incident["id"])["steps"]}
         assert steps["verified"] - steps["healthy"] >= WINDOW_S - 0.5
-        # Serving: the service's own answered requests keep `last healthy` fresh (no probe of ours).
+        # Serving: `last healthy` keeps moving (the serving watch's probes, ddtreed/serving.py).
         before = read_status(state).last_healthy_at
 
         def served_and_seen() -> bool:
