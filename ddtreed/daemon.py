@@ -22,7 +22,7 @@ from .config import Config, ConfigError
 from .health import Prober
 from .host import Host
 from .incidents import Store
-from .incident_path import check_canary, handle_crash, observed, probe_crash
+from .incident_path import check_canary, give_up, handle_crash, observed, probe_crash
 from .lifecycle import Lifecycle, Stopping
 from .metrics import start_metrics
 from .notify import Hooks, Notifier, delivery_step, incident_notification
@@ -39,7 +39,11 @@ from .wiring import Wiring, build, rebuild, reload_config, service_context
 log = structlog.get_logger(__name__)
 
 EXIT_OK = 0
-EXIT_GAVE_UP = 3
+# The restart budget is spent. 75 is EX_TEMPFAIL of sysexits(3): `systemctl status` shows
+# `status=75/TEMPFAIL`, not an LSB word (3 reads NOTIMPLEMENTED there), and it is what happened:
+# the failure may pass (a GPU reset, freed memory), but a person decides when to retry. The units
+# keep systemd from retrying behind the budget's back: RestartPreventExitStatus=2 75.
+EXIT_GAVE_UP = 75
 TURN_S = 0.2  # the longest the loop goes without answering signals and the watchdog
 HOOKS_DRAIN_STOP_S = 2.0  # at a stop, pending notifications get this long (a prompt SIGTERM)
 HOOKS_DRAIN_GAVE_UP_S = 30.0  # at a give-up, the person must hear of it before ddtreed exits
@@ -67,6 +71,8 @@ class Daemon:
         self._stop_asked = False  # a SIGTERM/SIGINT is queued: probes end early
         self.reloads = 0  # SIGHUPs handled; a blocked launch waits for the next one
         self.prevented_pending: list[int] = []  # preflight incidents awaiting a healthy start
+        self.gave_up = ""  # why the restart budget ran out: the daemon then ends `gave-up`, not `stopped`
+        self.last_incident_id: int | None = None
         self._subscribers: list[Callable[[object], None]] = []
 
     # ---- the public API (CLI, promotion, demo, tests) ------------------------------------------
@@ -159,7 +165,7 @@ class Daemon:
     # ---- the loop ------------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Supervise until a stop (exit 0) or until the restart budget is spent (exit 3)."""
+        """Supervise until a stop (exit 0) or until the restart budget is spent (exit 75)."""
         self.notifier.ready(status="ddtreed up; launching the service")  # systemd must not wait for a 10-minute load
         self.metrics = start_metrics(self.config.metrics.listen, self._metrics_snapshot)
         recover(self.engine, self.store, self.host, self.config.paths.state_dir, self.previous, self.context.port)
@@ -170,6 +176,7 @@ class Daemon:
                 return EXIT_GAVE_UP
             while True:
                 outcome = handle_crash(self, *self._serve())
+                self.last_incident_id = outcome.incident_id
                 self._emit(outcome)
                 self._turn()  # a stop asked for by a subscriber comes before any relaunch
                 if outcome.status != "resolved" and not self._relaunch():  # resolved: it runs fixed
@@ -243,28 +250,50 @@ class Daemon:
                 EVIDENCE_PREFIX + json.dumps(evidence, default=str)[:60000],))
         return crash
 
-    def verify_start(self, window: bool) -> Verdict:
-        """Verify the service just started (the window too when `window`), then the output canary."""
+    def verify_start(self, window: bool, on_healthy: Callable[[Verdict], None] | None = None) -> Verdict:
+        """Verify the service just started (the window too when `window`), then the output canary.
+
+        `on_healthy` is called the moment the probes pass (before the window)."""
         canary = (lambda verdict: check_canary(self, verdict)) if self.wiring.canary is not None else None
-        return verify(self.service, self.prober(), self.clock, self.config.probe, self.context, self.store,
-                      window=window, canary=canary)
+
+        def passed(verdict: Verdict) -> None:
+            self.publish(last_healthy_at=self.clock.time(), last_accept_length=verdict.accept_length)
+            if on_healthy is not None:
+                on_healthy(verdict)
+
+        try:
+            return verify(self.service, self.prober(), self.clock, self.config.probe, self.context, self.store,
+                          window=window, canary=canary, report=self._report_progress, on_healthy=passed)
+        finally:
+            self.publish(progress=None)
+
+    def _report_progress(self, shown: dict) -> None:
+        """Startup progress and the recurrence watch: the status snapshot, systemd's STATUS=."""
+        self.publish(progress=shown)
+        if self.lifecycle.state in ("starting", "verifying"):
+            self.lifecycle.enter(self.lifecycle.state, shown["text"])
 
     def healthy(self, verdict: Verdict) -> None:
         """The service passed verification: publish it, enter `running`, emit `Healthy`."""
         accept = verdict.accept_length
-        self.publish(last_healthy_at=self.clock.time(), last_accept_length=accept)
+        self.publish(last_healthy_at=self.clock.time(), last_accept_length=accept, progress=None)
         self.lifecycle.enter("running", "serving" + (f", accept len {accept:.2f}" if accept is not None else ""))
         self._emit(Healthy(verdict))
 
     # ---- verification and the service's lifecycle ------------------------------------------------
 
     def _relaunch(self) -> bool:
-        """(Re)start under the restart budget; False (escalated) when it is spent."""
+        """(Re)start under the restart budget; False (gave up) when it is spent."""
         if self.start_service():
             return True
-        self.lifecycle.enter("escalated", "escalated: restart budget spent, needs a person")
-        log.error("restart_budget_spent", max_restarts=self.config.policy.max_restarts,
-                  hint="fix the cause, then send SIGHUP or restart ddtreed")
+        policy = self.config.policy
+        reason = (f"restart budget spent: {self.budget.starts_in_window} starts in "
+                  f"{policy.restart_window_s:g} s (policy.max_restarts = {policy.max_restarts})")
+        give_up(self, self.last_incident_id, reason)
+        self.gave_up = reason
+        self.lifecycle.enter("escalated", f"gave up: {reason}; the service stays stopped, a person must look")
+        log.error("restart_budget_spent", max_restarts=policy.max_restarts, incident_id=self.last_incident_id,
+                  hint="fix the cause, then restart ddtreed (systemctl restart); exit code 75")
         return False
 
     def start_service(self, backoff: bool = True) -> bool:
@@ -297,7 +326,7 @@ class Daemon:
         return exit_status
 
     def close(self, final_state: str = "stopped") -> None:
-        """Stop the service and release everything; the daemon ends `stopped`."""
+        """Stop the service and release everything; the daemon ends `stopped` (or `gave-up`)."""
         self.notifier.stopping()
         try:
             self.lifecycle.enter("stopping", "stopping the service")
@@ -308,8 +337,10 @@ class Daemon:
             for resource in (self.service, self.metrics, self.host):  # an SshHost holds a connection, a tunnel
                 if resource is not None:
                     resource.close()
-            self.lifecycle.enter(final_state, "gave up: the restart budget is spent" if final_state == "gave-up"
-                                 else "stopped")
+            if final_state == "gave-up":
+                self.lifecycle.enter("gave-up", self.gave_up or "gave up: the restart budget is spent")
+            else:
+                self.lifecycle.enter("stopped", "stopped")
 
     # ---- turns and waits: signals, watchdog ------------------------------------------------------
 

@@ -17,6 +17,7 @@ from .canary import canary_crash
 from .clock import Clock
 from .config import Config
 from .lifecycle import Lifecycle
+from .incidents.evidence import describe_exit, evidence
 from .logsetup import incident_context
 from .records import Application, Crash, ExitStatus, Outcome, ServiceContext, Verdict
 from .remediation import Attempt, Engine, Launch
@@ -57,7 +58,7 @@ class Loop(Protocol):
 
     def start_service(self, backoff: bool = True) -> bool: ...
 
-    def verify_start(self, window: bool) -> Verdict: ...
+    def verify_start(self, window: bool, on_healthy: Callable[[Verdict], None] | None = None) -> Verdict: ...
 
     def refresh_context(self) -> ServiceContext: ...
 
@@ -77,35 +78,52 @@ class Loop(Protocol):
 
 
 def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus | None) -> Outcome:
-    """Record, diagnose, remediate: the incident's outcome (the loop relaunches unless resolved)."""
+    """Record, diagnose, remediate: the incident's outcome (the loop relaunches unless resolved).
+
+    A crash of the signature of an incident still open (a crash loop: each restart fails the same
+    way) is a recurrence of that incident, not a new one.
+    """
+    phase = phase_of(loop)
     loop.lifecycle.enter("crashed", "service failed")
     crashes = without_echoes(crashes) or (synthetic_crash(exit_status, loop.clock.time()),)
     loop.lifecycle.enter("diagnosing", "service failed: diagnosing")
     diagnosis = loop.rules.diagnose(crashes, loop.context)
     store = loop.store
+    detected_at = min((c.detected_at for c in crashes if c.detected_at), default=None)
     # Recorded before anything else: the first complete traceback is an incident at once.
-    incident_id = store.open_incident(
-        "canary" if crashes[0].kind == "canary" else "crash", crashes, diagnosis.signature,
-        diagnosis.match, loop.context,
-        detected_at=min((c.detected_at for c in crashes if c.detected_at), default=None),
-        service=service_name(loop))
+    recurring = store.open_incident_for(diagnosis.signature.fingerprint,
+                                        active_since=loop.clock.time() - loop.config.policy.restart_window_s)
+    if recurring is None:
+        incident_id = store.open_incident(
+            "canary" if crashes[0].kind == "canary" else "crash", crashes, diagnosis.signature,
+            diagnosis.match, loop.context, detected_at=detected_at, service=service_name(loop))
+    else:  # a crash loop of one cause: the same incident again, counted
+        incident_id = recurring
     loop.publish(current_incident_id=incident_id)  # at detection, not after the stop
     for crash in crashes:  # a hung service's stacks and GPU state, captured before the stop
         found = evidence_of(crash)
         if found is not None:
             store.add_step(incident_id, "evidence", found[0], found[1])
     with incident_context(incident_id):
-        loop.stop_service("crash")  # no drain: SGLang's own 5 s crash sleep is not waited for
+        stopped = loop.stop_service("crash")  # no drain: SGLang's own 5 s crash sleep is not waited for
         late = without_echoes(loop.service.drain(), already=crashes)  # SIGQUIT echoes are no 2nd death
         if late:  # other ranks finished their tracebacks while the tree went down
             crashes = crashes + late
             diagnosis = loop.rules.diagnose(crashes, loop.context)
-            store.set_diagnosis(incident_id, crashes, diagnosis.signature, diagnosis.match)
+            if recurring is None:
+                store.set_diagnosis(incident_id, crashes, diagnosis.signature, diagnosis.match)
+        said = service_evidence(loop, crashes, exit_status or stopped, phase)
         match = diagnosis.match
-        log.error("incident_opened", category=match.category, rule=match.rule_id, diagnosis=match.diagnosis)
-        store.add_step(incident_id, "diagnosed", match.diagnosis or "no rule matched",
-                       {"rule_id": match.rule_id, "category": match.category,
-                        "remediations": list(match.remediations)})
+        if recurring is not None:
+            count = store.record_recurrence(incident_id, _recurrence_detail(said), said)
+            log.error("incident_recurred", recurrences=count, category=match.category, rule=match.rule_id,
+                      last_error=said.get("last_error"))
+        else:
+            log.error("incident_opened", category=match.category, rule=match.rule_id, diagnosis=match.diagnosis,
+                      last_error=said.get("last_error"))
+            store.add_step(incident_id, "diagnosed", match.diagnosis or "no rule matched",
+                           {"rule_id": match.rule_id, "category": match.category,
+                            "remediations": list(match.remediations), "evidence": said})
         loop.publish(current_incident_id=incident_id)
         if match.category == "silent-corruption":  # wrong output while serving: tell a person at once
             loop.notify_person("silent-corruption", incident_id)
@@ -113,6 +131,45 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
                            relaunch_heals=all(c.kind in RELAUNCH_HEALS for c in crashes))
         loop.publish(current_incident_id=None)
     return Outcome(incident_id, status)
+
+
+def phase_of(loop: Loop) -> str:
+    """Where the service was when it failed: serving, or how far its start had come."""
+    state = loop.lifecycle.state
+    if state == "running":
+        return "serving"
+    service = loop.service
+    progress = service.progress_text() if service is not None else "starting"
+    return progress if state == "starting" else f"{state}: {progress}"
+
+
+def service_evidence(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus | None,
+                     phase: str) -> dict[str, Any]:
+    """What the service itself said and how it ended (incidents.evidence), kept with the incident."""
+    code = exit_status.code if exit_status is not None else None
+    signal = exit_status.signal if exit_status is not None else None
+    if code is None and signal is None:
+        code = next((c.exit_code for c in crashes if c.exit_code is not None), None)
+    output = getattr(loop.service, "output", None)
+    if output is None:
+        return evidence([], exit_code=code, signal=signal, phase=phase)
+    return output.evidence(exit_code=code, signal=signal, phase=phase)
+
+
+def _recurrence_detail(found: dict[str, Any]) -> str:
+    ended = describe_exit(found) or "the same crash"
+    return f"{ended} again" + (f": {found['last_error']}" if found.get("last_error") else "")
+
+
+def give_up(loop: Loop, incident_id: int | None, reason: str) -> None:
+    """The restart budget is spent: the last incident, if still open, is escalated with the reason."""
+    if incident_id is None:
+        return
+    store = loop.store
+    incident = store.get(incident_id)
+    store.add_step(incident_id, "escalated", f"{reason}; ddtreed stopped restarting the service")
+    if incident["status"] in ("open", "advised"):
+        store.finish(incident_id, "escalated", f"{reason}: needs a person")
 
 
 # A process that died without a Python error (killed, OOM-killed, a dead detokenizer) or a hung
@@ -255,9 +312,15 @@ def restart_and_verify(loop: Loop, incident_id: int) -> Verdict:
         return Verdict(ok=False, detail="restart budget spent")
     loop.store.add_step(incident_id, "restarted", f"pid {loop.service.pid}", {"argv": loop.launch.argv})
     loop.lifecycle.enter("verifying", f"incident {incident_id}: verifying")
-    verdict = loop.verify_start(window=True)
-    loop.store.add_step(incident_id, "healthy" if verdict.ok else "failed", verdict.detail,
-                        {"accept_length": verdict.accept_length, "stage": verdict.stage})
+
+    def healthy_now(verdict: Verdict) -> None:  # at the moment the probes passed, not after the window
+        loop.store.add_step(incident_id, "healthy", verdict.detail,
+                            {"accept_length": verdict.accept_length, "stage": verdict.stage})
+
+    verdict = loop.verify_start(window=True, on_healthy=healthy_now)
+    if not verdict.ok:
+        loop.store.add_step(incident_id, "failed", verdict.detail,
+                            {"accept_length": verdict.accept_length, "stage": verdict.stage})
     return verdict
 
 

@@ -26,8 +26,9 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "escalated": frozenset({"starting", "backoff", "crashed"}),
     "stopping": frozenset({"stopped", "gave-up"}),
     "stopped": frozenset(),
-    "gave-up": frozenset(),
+    "gave-up": frozenset(),  # final, like stopped: `status` says it gave up, not that it stopped
 }
+FINAL = ("stopped", "gave-up")
 
 
 class Stopping(Exception):
@@ -39,7 +40,7 @@ class IllegalTransition(RuntimeError):
 
 
 def allowed(source: str, target: str) -> bool:
-    if source in ("stopped", "gave-up"):  # final: the daemon has exited
+    if source in FINAL:
         return False
     return target == source or target == "stopping" or target in TRANSITIONS[source]
 

@@ -1,5 +1,4 @@
-"""Progress a person can see: startup phase and elapsed/budget, the recurrence watch with time
-left, and signs of life while serving (from the service's own log lines, no extra requests).
+"""Progress a person can see: startup phase and elapsed/budget, the recurrence watch with time left.
 
 Pure helpers; the daemon's loop calls them and publishes what they return into the status
 snapshot (`progress`) and the log (`startup_progress`, `watching_for_recurrence`).
@@ -7,16 +6,11 @@ snapshot (`progress`) and the log (`startup_progress`, `watching_for_recurrence`
 
 from __future__ import annotations
 
-import re
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 PROGRESS_EVERY_S = 5.0  # a long model load shows signs of life every few seconds, not a flood
 
-# SGLang's own "I am serving" lines (real 0.5.16 logs): decode batches (with speculative decoding
-# they carry `accept len: 3.08`) and uvicorn's access log of answered requests.
-_ACCEPT = re.compile(r"accept len: (?P<accept>\d+(?:\.\d+)?)")
-_ANSWERED = re.compile(r'"(?:GET|POST) /(?:generate|v1/\S*|health\S*) HTTP/1\.[01]" 200\b')
 
 
 def seconds_text(value: float | None) -> str:
@@ -51,26 +45,3 @@ def watching(window_s: float, until_epoch: float, now: float | None = None) -> d
     left = max(0.0, until_epoch - (time.time() if now is None else now))
     return {"phase": None, "window_s": window_s, "watching_until": until_epoch,
             "text": f"healthy; watching {seconds_text(window_s)} for recurrence, {seconds_text(left)} left"}
-
-
-class ServingSignals:
-    """Signs of life in the service's log while it serves: when, and the last accept length."""
-
-    def __init__(self) -> None:
-        self.last_seen_at: float | None = None
-        self.accept_length: float | None = None
-
-    def feed(self, lines: Iterable[str], at: float) -> bool:
-        """True when these lines show the service answering (a decode batch, a 200 response)."""
-        alive = False
-        for line in lines:
-            if "Decode batch" in line:
-                match = _ACCEPT.search(line)
-                if match and match.group("accept"):
-                    self.accept_length = float(match.group("accept"))
-                alive = True
-            elif " 200" in line and _ANSWERED.search(line):
-                alive = True
-        if alive:
-            self.last_seen_at = at
-        return alive

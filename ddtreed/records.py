@@ -77,7 +77,7 @@ DaemonState = Literal[
     "blocked",       # preflight found a certain crash the config says must block the launch
     "stopping",      # ddtreed is shutting down: stopping the service, then itself
     "stopped",       # ddtreed exited cleanly
-    "gave-up",       # ddtreed exited 3: the restart budget is spent, the service stays down
+    "gave-up",       # the restart budget was spent: ddtreed stopped the service and exited (75)
 ]
 DAEMON_STATES: tuple[str, ...] = get_args(DaemonState)
 

@@ -13,6 +13,7 @@ from ._proctree import STATE_DIR_VARIABLE
 from .clock import Clock
 from .config import Config
 from .health import MilestoneTracker
+from .incidents.evidence import ServiceOutput
 from .host import Host
 from .launch import Supervisor
 from .records import Crash, ExitStatus
@@ -35,6 +36,8 @@ class ServiceRun:
         self.supervisor = Supervisor(self._turning, config, argv, env, clock=clock.monotonic)
         self.assembler = Assembler(eager=True)
         self.milestones = MilestoneTracker()
+        stdout_log, stderr_log = self.supervisor.log_paths
+        self.output = ServiceOutput([stderr_log], [stdout_log])  # what it said, for the incident
         self.follower = None
         self._closed = False
         self._on_turn, self._on_progress = on_turn, on_progress
@@ -90,6 +93,7 @@ class ServiceRun:
         self.follower.wait(timeout)
         for chunk in self.follower.read():
             self.assembler.feed(chunk)
+            self.output.feed(chunk)
             if self.milestones.feed(chunk):
                 self._on_progress(self.milestones.progress_text())
             if self.serving is not None:
@@ -114,6 +118,7 @@ class ServiceRun:
                 chunks = self.follower.read()
                 for chunk in chunks:
                     self.assembler.feed(chunk)
+                    self.output.feed(chunk)
                 if chunks:
                     quiet_since = clock.monotonic()
                 else:

@@ -44,13 +44,16 @@ class DaemonStatus:
     service_pid: int | None = None
     service_started_at: float | None = None
     restarts: int = 0  # service restarts since this daemon started
-    last_healthy_at: float | None = None  # last passing health/generate probe
+    last_healthy_at: float | None = None  # last passing probe, or the service's own serving lines
     last_accept_length: float | None = None
     current_incident_id: int | None = None
     degraded: dict[str, Any] | None = None  # {"remediations": [ids], "since": epoch}
     canary: dict[str, Any] | None = None  # {"last_run_at": epoch, "passed": bool, "detail": str}
     config: str | None = None  # the config file the daemon runs with
     service_token: str | None = None  # in the service tree's environment: finds it after a ddtreed crash
+    # While a start or a verification window runs (ddtreed.progress): phase, elapsed_s/budget_s or
+    # window_s/watching_until, and the text systemd shows; None otherwise.
+    progress: dict[str, Any] | None = None
     updated_at: float = 0.0
 
     def __post_init__(self) -> None:

@@ -10,10 +10,11 @@ within the window, and the output canary (when given) passes.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import structlog
 
+from . import progress
 from .clock import Clock
 from .config import ProbeConfig
 from .incidents.state import baseline_key as store_baseline_key
@@ -23,7 +24,7 @@ log = structlog.get_logger(__name__)
 
 __all__ = ["Baselines", "LogFeed", "Verdict", "baseline_key", "flatten", "verify"]
 
-PROGRESS_EVERY_S = 10.0  # a 10-minute model load should show signs of life, not flood the log
+PROGRESS_EVERY_S = progress.PROGRESS_EVERY_S  # a 10-minute load shows signs of life every few seconds
 CRASH_SETTLE_S = 2.0  # after a failed probe, the ranks' tracebacks arrive within this
 HEALTH_PROBE_FIRST_S = 2.0  # logs may be elsewhere: readiness by HTTP counts too, from then on
 HEALTH_PROBE_EVERY_S = 5.0
@@ -84,15 +85,26 @@ def baseline_key(context: ServiceContext) -> str:
         "budget": context.ddtree_budget})
 
 
+Report = Callable[[dict[str, Any]], None]
+
+
 def verify(feed: LogFeed, prober: Prober, clock: Clock, probe: ProbeConfig, context: ServiceContext,
-           baselines: Baselines, *, window: bool, canary: Callable[[Verdict], Verdict] | None = None) -> Verdict:
-    """Startup, health, generate, acceptance, then (`window`) the verification window, then the canary."""
-    stages = _Stages(feed, prober, clock, probe)
+           baselines: Baselines, *, window: bool, canary: Callable[[Verdict], Verdict] | None = None,
+           report: Report | None = None, on_healthy: Callable[[Verdict], None] | None = None) -> Verdict:
+    """Startup, health, generate, acceptance, then (`window`) the verification window, then the canary.
+
+    `report(progress)` receives the startup progress and the recurrence watch (`ddtreed.progress`)
+    every few seconds; `on_healthy(verdict)` is called the moment the probes passed, before the
+    window, so the incident's `healthy` step has the time the service was healthy.
+    """
+    stages = _Stages(feed, prober, clock, probe, report or (lambda shown: None))
     for stage in (stages.startup, stages.health, stages.generate):
         verdict = stage()
         if not verdict.ok:
             return verdict
     verdict = acceptance(verdict, context, probe, baselines)
+    if verdict.ok and on_healthy is not None:
+        on_healthy(verdict)
     if verdict.ok and window:
         verdict = stages.window(verdict)
     if verdict.ok and canary is not None:
@@ -120,14 +132,15 @@ def acceptance(generated: Verdict, context: ServiceContext, probe: ProbeConfig, 
 
 
 class _Stages:
-    def __init__(self, feed: LogFeed, prober: Prober, clock: Clock, probe: ProbeConfig):
+    def __init__(self, feed: LogFeed, prober: Prober, clock: Clock, probe: ProbeConfig, report: Report):
         self.feed, self.prober, self.clock, self.probe = feed, prober, clock, probe
+        self.report = report
 
     def startup(self) -> Verdict:
         feed, clock = self.feed, self.clock
         started = clock.monotonic()
         deadline = started + self.probe.startup_timeout_s
-        next_progress = started + PROGRESS_EVERY_S
+        next_progress = started  # the first report at once: `status` shows the phase from the start
         next_health_probe = started + HEALTH_PROBE_FIRST_S
         while clock.monotonic() < deadline:
             groups = feed.pump(self.probe.poll_interval_s)
@@ -152,8 +165,10 @@ class _Stages:
                     return Verdict(True, "ready (health probe)", stage="startup")
             if now >= next_progress:
                 next_progress = now + PROGRESS_EVERY_S
-                log.info("waiting_for_startup", elapsed_s=round(now - started),
-                         budget_s=self.probe.startup_timeout_s, progress=feed.progress_text())
+                shown = progress.startup(feed.progress_text(), now - started, self.probe.startup_timeout_s)
+                log.info("startup_progress", phase=shown["phase"], elapsed_s=round(now - started),
+                         budget_s=self.probe.startup_timeout_s)
+                self.report(shown)
         return Verdict(False, f"not ready within {self.probe.startup_timeout_s:.0f}s", stage="startup")
 
     def health(self) -> Verdict:
@@ -178,9 +193,16 @@ class _Stages:
 
     def window(self, verdict: Verdict) -> Verdict:
         """Watch for recurrence within the verification window."""
-        feed = self.feed
-        deadline = self.clock.monotonic() + self.probe.verify_window_s
-        while self.clock.monotonic() < deadline:
+        feed, window_s = self.feed, self.probe.verify_window_s
+        deadline = self.clock.monotonic() + window_s
+        until = self.clock.time() + window_s
+        next_report = self.clock.monotonic()
+        while (now := self.clock.monotonic()) < deadline:
+            if now >= next_report:
+                next_report = now + PROGRESS_EVERY_S
+                shown = progress.watching(window_s, until, self.clock.time())
+                log.info("watching_for_recurrence", window_s=window_s, left_s=round(deadline - now))
+                self.report(shown)
             groups = feed.pump(self.probe.poll_interval_s)
             if groups:
                 return Verdict(False, "crashed again within the verification window", flatten(groups),

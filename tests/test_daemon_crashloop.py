@@ -1,4 +1,4 @@
-"""A service that crashes on every start: each fix fails and is undone, then ddtreed gives up (exit 3)."""
+"""A service that crashes on every start: each fix fails and is undone, then ddtreed gives up (exit 75)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ def _events(result) -> list[dict]:
     return events
 
 
-def test_crash_loop_gives_up_with_exit_3_within_the_restart_budget(crash_loop):
+def test_crash_loop_gives_up_with_exit_75_within_the_restart_budget(crash_loop):
     directory, config, result, _ = crash_loop
-    assert result.returncode == 3, result.stderr[-2000:]
+    assert result.returncode == 75, result.stderr[-2000:]
     # The first start is not a restart: at most max_restarts more.
     assert len(starts(directory)) == config.policy.max_restarts + 1
     assert "restart_budget_spent" in [event.get("event") for event in _events(result)]
@@ -84,14 +84,14 @@ def test_a_frozen_signature_is_not_remediated_again(tmp_path):
     config = load(config_path)
     store = Store(config.database)
     _, code = run_daemon(config, timeout=60)
-    assert code == 3
+    assert code == 75
     fingerprint = store.list_incidents()[-1]["fingerprint"]
     store.freeze(fingerprint, "test: frozen by hand")
     before = runner_path(config).read_bytes()
     _, code = run_daemon(config, timeout=60)
-    assert code == 3
+    assert code == 75
     latest = store.get(store.list_incidents()[0]["id"])
-    assert latest["status"] == "open"
+    assert latest["status"] == "escalated" and latest["outcome"].startswith("restart budget spent")
     assert "not-remediated" in steps_of(store, latest["id"])
     assert not latest["applications"]
     assert runner_path(config).read_bytes() == before

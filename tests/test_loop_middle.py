@@ -108,7 +108,8 @@ def test_a_fix_that_does_not_hold_is_reverted_and_the_next_one_tried(tmp_path):
     [outcome] = loop.outcomes
     assert outcome.status == "resolved"
     steps = loop.steps(outcome.incident_id)
-    assert steps == ["detected", "diagnosed", "skipped", "applied", "restarting", "restarted", "failed",
+    # The first fix was healthy when probed (the step says when), then crashed within the window.
+    assert steps == ["detected", "diagnosed", "skipped", "applied", "restarting", "restarted", "healthy", "failed",
                      "reverted", "applied", "restarting", "restarted", "healthy", "verified"]
     statuses = {a["remediation_id"]: a["status"] for a in loop.incident(outcome.incident_id)["applications"]}
     assert statuses == {"disable-cuda-graph": "reverted", "ddtree-to-dflash": "verified"}
@@ -128,20 +129,31 @@ def test_nothing_left_to_try_escalates_freezes_and_relaunches_unchanged(tmp_path
     assert incident["frozen"] and [a["status"] for a in incident["applications"]] == ["reverted", "reverted"]
     later = loop.outcomes[1:]
     assert later and all(outcome.status == "open" for outcome in later)
-    assert all("frozen" in loop.incident(o.incident_id)["outcome"] for o in later)
+    # The frozen signature's crash loop is one incident that recurred, escalated when the budget ran out.
+    assert len({o.incident_id for o in later}) == 1 and later[0].incident_id != first.incident_id
+    looping = loop.incident(later[0].incident_id)
+    assert looping["recurrences"] == len(later) - 1 and looping["status"] == "escalated"
+    assert "frozen" in " ".join(s["detail"] for s in looping["steps"])
+    assert "restart budget spent" in looping["outcome"]
     assert loop.host.launches[-1] == FOUNDING_ARGV  # back to the launch that was configured
     assert loop.daemon.board.current.state == "gave-up"
     assert "escalated" in loop.daemon.lifecycle.history
 
 
-def test_restart_budget_spent_gives_up_with_exit_3(tmp_path):
+def test_restart_budget_spent_gives_up_with_exit_75(tmp_path):
     loop = Loop(tmp_path, lambda argv, env, start: crashing(), stop_on=None,
                 policy={"mode": "off", "max_restarts": 2, "backoff_initial_s": 2.0})
     started = loop.clock.monotonic()
     assert loop.run() == EXIT_GAVE_UP
+    assert EXIT_GAVE_UP == 75
     assert len(loop.host.launches) == 3  # the start and two restarts
     assert [o.status for o in loop.outcomes] == ["open", "open", "open"]
-    assert all("policy off" in loop.incident(o.incident_id)["outcome"] for o in loop.outcomes)
+    # One cause, one incident: two recurrences, then escalated when the budget was spent.
+    [incident_id] = {o.incident_id for o in loop.outcomes}
+    incident = loop.incident(incident_id)
+    assert incident["recurrences"] == 2 and incident["status"] == "escalated"
+    assert "policy off" in " ".join(s["detail"] for s in incident["steps"])
+    assert incident["outcome"].startswith("restart budget spent: 3 starts")
     assert loop.clock.monotonic() - started >= 2.0 + 4.0  # the backoff doubled, in fake seconds
     assert loop.daemon.lifecycle.history[-3:] == ["escalated", "stopping", "gave-up"]
 

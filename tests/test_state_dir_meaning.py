@@ -36,7 +36,7 @@ def test_the_demos_incident_is_where_incidents_looks(tmp_path):
     assert json.loads(status.stdout)["incidents"]["incidents_total"] == 1
 
 
-@pytest.mark.parametrize("command", [["incidents"], ["incidents", "show", "1"], ["status"], ["canary", "status"]])
+@pytest.mark.parametrize("command", [["incidents"], ["incidents", "--json"], ["incidents", "show", "1"]])
 def test_a_missing_state_dir_is_one_line_and_exit_2(tmp_path, command):
     missing = tmp_path / "nonexistent"
     done = ddtreed(*command, "--state-dir", str(missing))
@@ -44,3 +44,12 @@ def test_a_missing_state_dir_is_one_line_and_exit_2(tmp_path, command):
     assert done.stderr == (f"ddtreed: error: {missing}: no such directory (the state directory is the one "
                            f"that holds incidents.sqlite3: the config's paths.state_dir)\n")
     assert not missing.exists()
+
+
+def test_status_of_a_missing_state_dir_is_not_running_and_says_so(tmp_path):
+    """`status` keeps LSB's meaning (3: not running); fleet status asks hosts where nothing ran yet."""
+    missing = tmp_path / "nonexistent"
+    done = ddtreed("status", "--state-dir", str(missing))
+    assert done.returncode == 3
+    assert done.stdout.startswith(f"ddtreed: not running: no daemon has written state in {missing} "
+                                  "(no such directory)")

@@ -31,7 +31,7 @@ def test_round_trip_keeps_every_field(tmp_path):
     on_disk = json.loads(status_path(tmp_path).read_text())
     assert set(on_disk) == {"pid", "state", "status_text", "service_pid", "service_started_at", "restarts",
                             "last_healthy_at", "last_accept_length", "current_incident_id", "degraded",
-                            "canary", "config", "service_token", "updated_at"}
+                            "canary", "config", "service_token", "progress", "updated_at"}
 
 
 def test_no_snapshot_reads_as_none(tmp_path):

@@ -110,8 +110,9 @@ def test_a_daemon_that_gave_up_says_so_in_words_and_json(tmp_path):
     status_path(tmp_path).write_text(json.dumps(snapshot))
     done = ddtreed("status", "--state-dir", str(tmp_path))
     assert done.returncode == 1
-    assert re.match(r"ddtreed: GAVE UP \d+s ago: restart budget spent: 5 starts in 600 s; it exited", done.stdout)
-    assert "a person must look" in done.stdout and "stopped" not in done.stdout.splitlines()[0]
+    assert re.match(r"ddtreed: GAVE UP \d+s ago: restart budget spent: 5 starts in 600 s; it exited and left "
+                    r"the service stopped: a person must look", done.stdout)
+    assert "a person must look" in done.stdout and not done.stdout.startswith("ddtreed: stopped")
     report = json.loads(ddtreed("status", "--state-dir", str(tmp_path), "--json").stdout)
     assert (report["gave_up"], report["stale"], report["alive"], report["exit_code"]) == (True, False, False, 1)
     assert report["daemon"]["state"] == "gave-up"

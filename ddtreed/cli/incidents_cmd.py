@@ -13,10 +13,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..records import INCIDENT_STATUSES as STATUSES
 from .common import (CliError, add_config, add_json, add_state_dir, load_config, positive_int, print_json,
                      require_state_dir, state_dir, table)
 
-STATUSES = ("open", "resolved", "reverted", "escalated", "prevented", "advised")  # records.INCIDENT_STATUSES
 FOLLOW_POLL_S = 0.5
 
 USAGE = ("ddtreed incidents [--state-dir DIR | --config FILE] [--status S[,S…]] [--since WHEN] "

@@ -13,8 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .common import (CliError, add_config, add_json, add_state_dir, load_config, print_json,
-                     require_state_dir, state_dir)
+from .common import CliError, add_config, add_json, add_state_dir, load_config, print_json, state_dir
 
 RUNNING, STALE, NOT_RUNNING = 0, 1, 3
 GAVE_UP = "gave-up"  # the daemon's final state when the restart budget was spent (it exited)
@@ -66,7 +65,9 @@ def run_install(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    directory = Path(require_state_dir(state_dir(args, load_config(args.config))))
+    # Not require_state_dir: "no such directory" is LSB's "not running" (exit 3), and fleet status
+    # asks hosts where no daemon ever ran.
+    directory = Path(state_dir(args, load_config(args.config)))
     reports = [_report(directory)]
     # The template unit keeps each instance in <dir>/<name>: with nothing in <dir>, show those.
     found = [] if reports[0]["daemon"] else sorted(p.parent for p in directory.glob(f"*/{STATUS_FILE}"))
@@ -143,7 +144,8 @@ def _since(now: float, then: float | None) -> float | None:
 def _render(report: dict[str, Any], colour: bool = False) -> str:
     daemon = report["daemon"]
     if daemon is None:
-        lines = [f"ddtreed: not running: no daemon has written state in {report['state_dir']} "
+        missing = "" if Path(report["state_dir"]).is_dir() else " (no such directory)"
+        lines = [f"ddtreed: not running: no daemon has written state in {report['state_dir']}{missing} "
                  f"(no {STATUS_FILE}; is --state-dir the config's paths.state_dir?)"]
     else:
         lines = [_headline(report, daemon, colour), *_service_lines(report, daemon)]
@@ -162,8 +164,8 @@ def _headline(report: dict[str, Any], daemon: dict[str, Any], colour: bool = Fal
         return f"ddtreed: {paint(state, word, colour)} (pid {daemon['pid']}, {where}): {daemon['status_text']}"
     if state == GAVE_UP:
         return (f"ddtreed: {paint('GAVE UP', 'escalated', colour)} {_ago(report['seconds_since_update'])}: "
-                f"{daemon['status_text'] or 'restart budget spent'}; it exited and will not restart the "
-                f"service: a person must look, then restart ddtreed ({where})")
+                f"{daemon['status_text'] or 'restart budget spent'}; it exited and left the service "
+                f"stopped: a person must look, then restart ddtreed ({where})")
     if state == "stopped":
         return f"ddtreed: stopped {_ago(report['seconds_since_update'])} ({where})"
     return (f"ddtreed: NOT RUNNING: stale state: pid {daemon['pid']} is gone; it last wrote "

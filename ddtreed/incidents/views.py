@@ -31,6 +31,7 @@ STATUS_MEANS = {
     "escalated": "needs a person: nothing left to try automatically",
     "prevented": "fixed before the launch",
     "advised": "recorded what would be done (policy advise/off)",
+    "observed": "recorded; nothing for ddtreed to do",
 }
 APPLICATION_WORDS = {
     "verified": "applied, verified (kept)",
@@ -265,10 +266,11 @@ def _steps(incident: Mapping[str, Any]) -> list[str]:
     if not steps:
         return []
     lines = ["", "steps:"]
+    width = max(11, *(len(step["step"]) for step in steps))  # `not-remediated` keeps the column
     for step in steps:
         detail = (step.get("detail") or "").splitlines()
         offset = f"+{step['since_detection_s']:.3f}s"
-        head = f"  {offset:>11}  {when(step['at'])}  {step['step']:<11} "
+        head = f"  {offset:>11}  {when(step['at'])}  {step['step']:<{width}} "
         lines.append(f"{head}{detail[0] if detail else ''}".rstrip())
         lines += [f"{'':<{len(head)}}{line}".rstrip() for line in detail[1:]]
     return lines
