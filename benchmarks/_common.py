@@ -122,5 +122,23 @@ def wait_for(condition, timeout: float, interval: float = 0.02):
     return None
 
 
+def load_info() -> dict:
+    """The box's load at this moment (other users of the 2 cores are not ours to stop)."""
+    one, five, fifteen = os.getloadavg()
+    return {"loadavg_1m": round(one, 2), "loadavg_5m": round(five, 2), "cpus": os.cpu_count()}
+
+
+def spread(values: list[float], digits: int = 0) -> dict:
+    """min / median / max of the runs (digits=0: integers)."""
+    ordered = sorted(values)
+    middle = ordered[len(ordered) // 2] if len(ordered) % 2 else \
+        (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+
+    def fix(value: float):
+        return round(value) if digits == 0 else round(value, digits)
+
+    return {"min": fix(ordered[0]), "median": fix(middle), "max": fix(ordered[-1])}
+
+
 def emit(result: dict) -> None:
     print(json.dumps(result, sort_keys=False))
