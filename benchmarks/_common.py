@@ -19,11 +19,12 @@ for _path in (str(REPO), str(PROGRAMS)):
         sys.path.insert(0, _path)
 
 
-def quiet_logs() -> None:
-    """Only errors from the library's structlog events: the benchmark prints one JSON object."""
+def quiet_logs(level: int = 40) -> None:
+    """Only errors (level 40; 50: none of the daemon's `incident_opened` either) from the
+    library's structlog events: the benchmark prints one JSON object."""
     import structlog
 
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
 
 
 def inotify_instances(pid: int | str = "self") -> int:
