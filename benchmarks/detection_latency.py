@@ -101,8 +101,8 @@ def measure(directory: Path, events: int, lines_per_s: float,
             time.sleep(random.uniform(0.0, 0.1))
             probe.event.clear()
             before = len(probe.commits)
+            stamps_before = len(crash_stamps(marks))  # before the cue: the service may stamp at once
             os.kill(daemon.service.pid, signal.SIGUSR2)
-            stamps_before = len(crash_stamps(marks))
             if not probe.event.wait(30):
                 # Reported, not hidden: the JSON counts misses; the daemon's view goes to stderr.
                 misses.append({"event": index, "state": daemon.lifecycle.state,
