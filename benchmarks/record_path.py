@@ -1,12 +1,11 @@
 """What the detection path costs between "crash read" and "incident committed", part by part.
 
 `handle_crash` does, before the incident row exists: `lifecycle.enter("crashed")` and
-`lifecycle.enter("diagnosing")` (each a `StatusBoard.publish` → `write_status` → `host.write_atomic`:
-temp file, fsync, rename, fsync of the directory), `RuleSet.diagnose`, then `Store.open_incident`
+`lifecycle.enter("diagnosing")` (each a `StatusBoard.publish` → `write_status`: temp file, rename), `RuleSet.diagnose`, then `Store.open_incident`
 (one SQLite transaction, WAL, synchronous=FULL: an fsync of the WAL per commit). This times the
 real functions on a real state dir (`--events` times each, interleaved), and beside them, in the
-same run, the two alternatives the issue names: the same snapshot written by temp + rename without
-the fsyncs (what a snapshot that the daemon rewrites at every state change may need), and the same
+same run: the snapshot written the way it was up to 16ef28d (`host.write_atomic`: fsync of the
+file and of the directory; `write_status` now renames without fsync), and the same
 `open_incident` on a store whose connection runs `PRAGMA synchronous=NORMAL` (WAL: durable across a
 crash of ddtreed, the last commits can be lost on a power cut). Prints ONE JSON object.
 """
@@ -23,6 +22,7 @@ from pathlib import Path
 from _common import emit, load_info, percentile, quiet_logs
 
 import fast_service  # noqa: E402  (tests/programs, on sys.path through _common)
+from ddtreed.host import write_atomic  # noqa: E402
 from ddtreed.incidents import Store  # noqa: E402
 from ddtreed.paths import shipped  # noqa: E402
 from ddtreed.records import ServiceContext  # noqa: E402
@@ -33,18 +33,11 @@ from ddtreed.tracebacks import assemble_lines  # noqa: E402
 CONTEXT = ServiceContext(speculative_algorithm="DDTREE", block_size=8, ddtree_budget=32, tp_size=2)
 
 
-def snapshot_without_fsync(state_dir: Path, status: DaemonStatus) -> None:
-    """The alternative: the same bytes, temp file + rename (atomic for readers), no fsync."""
+def snapshot_with_fsync(state_dir: Path, status: DaemonStatus) -> None:
+    """How the snapshot was written up to 16ef28d: `host.write_atomic` (fsync file and directory)."""
     status.updated_at = time.time()
     data = (json.dumps(status.to_dict(), indent=1) + "\n").encode()
-    path = status_path(state_dir)
-    temp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
+    write_atomic(str(status_path(state_dir)), data, mode=0o600)
 
 
 def timed(function, *args) -> float:
@@ -67,7 +60,7 @@ def main() -> None:
     crashes = assemble_lines(fast_service.founding_traceback(["TP1", "TP0"]).splitlines())[0]
     load_before = load_info()
     parts: dict[str, list[float]] = {name: [] for name in (
-        "status_write_fsync", "status_write_no_fsync", "diagnose", "open_incident_full",
+        "status_write", "status_write_fsync", "diagnose", "open_incident_full",
         "open_incident_normal")}
     with tempfile.TemporaryDirectory(prefix="ddtreed-record-") as root:
         full_dir, normal_dir = Path(root) / "full", Path(root) / "normal"
@@ -77,8 +70,8 @@ def main() -> None:
         normal.db.execute("PRAGMA synchronous=NORMAL")
         status = DaemonStatus(pid=os.getpid(), state="running", status_text="serving")
         for _ in range(args.events):
-            parts["status_write_fsync"].append(timed(write_status, full_dir, status))
-            parts["status_write_no_fsync"].append(timed(snapshot_without_fsync, normal_dir, status))
+            parts["status_write"].append(timed(write_status, full_dir, status))
+            parts["status_write_fsync"].append(timed(snapshot_with_fsync, normal_dir, status))
             started = time.perf_counter()
             diagnosis = rules.diagnose(crashes, CONTEXT)
             parts["diagnose"].append((time.perf_counter() - started) * 1000)
@@ -89,17 +82,18 @@ def main() -> None:
         normal.close()
     result = {"benchmark": "record_path", "events": args.events,
               "code_path": "ddtreed.status.write_status, RuleSet.diagnose (shipped rules), Store.open_incident",
-              "baseline": "same run: snapshot by temp+rename without fsync; open_incident with "
-                          "PRAGMA synchronous=NORMAL",
+              "baseline": "same run: the snapshot by host.write_atomic (fsyncs, as up to 16ef28d); "
+                          "open_incident with PRAGMA synchronous=NORMAL",
               "load_before": load_before, "load_after": load_info()}
     result.update({f"{name}_ms": stats(values) for name, values in parts.items()})
     # What handle_crash pays before the row exists: two status writes, diagnose, the commit.
-    now = [2 * a + b + c for a, b, c in zip(parts["status_write_fsync"], parts["diagnose"],
-                                            parts["open_incident_full"])]
-    lean = [2 * a + b + c for a, b, c in zip(parts["status_write_no_fsync"], parts["diagnose"],
-                                             parts["open_incident_normal"])]
+    now = [2 * a + b + c for a, b, c in zip(parts["status_write"], parts["diagnose"], parts["open_incident_full"])]
+    before = [2 * a + b + c for a, b, c in zip(parts["status_write_fsync"], parts["diagnose"],
+                                               parts["open_incident_full"])]
+    lean = [2 * a + b + c for a, b, c in zip(parts["status_write"], parts["diagnose"], parts["open_incident_normal"])]
     result["record_now_ms"] = stats(now)
-    result["record_without_fsyncs_ms"] = stats(lean)
+    result["record_with_status_fsync_ms"] = stats(before)
+    result["record_with_synchronous_normal_ms"] = stats(lean)
     emit(result)
 
 
