@@ -1,7 +1,8 @@
 """What the detection path costs between "crash read" and "incident committed", part by part.
 
 `handle_crash` does, before the incident row exists: `lifecycle.enter("crashed")` and
-`lifecycle.enter("diagnosing")` (each a `StatusBoard.publish` → `write_status`: temp file, rename), `RuleSet.diagnose`, then `Store.open_incident`
+`lifecycle.enter("diagnosing")` (each a `StatusBoard.publish` → `write_status`: temp file,
+rename), `RuleSet.diagnose`, then `Store.open_incident`
 (one SQLite transaction, WAL, synchronous=FULL: an fsync of the WAL per commit). This times the
 real functions on a real state dir (`--events` times each, interleaved), and beside them, in the
 same run: the snapshot written the way it was up to 16ef28d (`host.write_atomic`: fsync of the
