@@ -19,11 +19,12 @@ for _path in (str(REPO), str(PROGRAMS)):
         sys.path.insert(0, _path)
 
 
-def quiet_logs() -> None:
-    """Only errors from the library's structlog events: the benchmark prints one JSON object."""
+def quiet_logs(level: int = 40) -> None:
+    """Only errors (level 40; 50: none of the daemon's `incident_opened` either) from the
+    library's structlog events: the benchmark prints one JSON object."""
     import structlog
 
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
 
 
 def inotify_instances(pid: int | str = "self") -> int:
@@ -120,6 +121,24 @@ def wait_for(condition, timeout: float, interval: float = 0.02):
             return value
         time.sleep(interval)
     return None
+
+
+def load_info() -> dict:
+    """The box's load at this moment (other users of the 2 cores are not ours to stop)."""
+    one, five, fifteen = os.getloadavg()
+    return {"loadavg_1m": round(one, 2), "loadavg_5m": round(five, 2), "cpus": os.cpu_count()}
+
+
+def spread(values: list[float], digits: int = 0) -> dict:
+    """min / median / max of the runs (digits=0: integers)."""
+    ordered = sorted(values)
+    middle = ordered[len(ordered) // 2] if len(ordered) % 2 else \
+        (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+
+    def fix(value: float):
+        return round(value) if digits == 0 else round(value, digits)
+
+    return {"min": fix(ordered[0]), "median": fix(middle), "max": fix(ordered[-1])}
 
 
 def emit(result: dict) -> None:

@@ -33,7 +33,8 @@ def traceback_lines(rank: str) -> list[str]:
         f'  File "{SITE}/speculative/eagle_utils.py", line 400, in select_top_k_tokens',
         "    input_ids = torch.gather(topk_index, index=idx, dim=1)",
         "torch.AcceleratorError: CUDA error: device-side assert triggered",
-        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+        "might be incorrect.",
         "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
         "",
     ]

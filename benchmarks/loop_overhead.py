@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import emit, events, percentile, start_daemon, stop_daemon, summary_ms, wait_for
+from _common import emit, events, load_info, percentile, spread, start_daemon, stop_daemon, wait_for
 
 import fast_service  # noqa: E402  (tests/programs, put on sys.path by _common)
 from ddtreed.demo import free_port  # noqa: E402
@@ -50,21 +50,34 @@ def one_loop(directory: Path) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--loops", type=int, default=20)
+    parser.add_argument("--loops", type=int, default=10, help="loops per run")
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    samples: list[dict[str, float]] = []
+    runs: list[list[dict[str, float]]] = []
     started = time.monotonic()
+    load_before = load_info()
     with tempfile.TemporaryDirectory(prefix="ddtreed-loop-") as root:
-        for index in range(args.loops):
-            directory = Path(root) / f"loop{index}"
-            directory.mkdir()
-            samples.append(one_loop(directory))
-    result = {"benchmark": "loop_overhead", "loops": len(samples)}
-    result.update(summary_ms([s["crash_to_relaunch"] for s in samples], "crash_to_relaunch"))
-    for part in ("crash_to_decision", "stop", "diagnose_and_record", "apply_patch", "apply_to_relaunch"):
-        result[f"{part}_p50_ms"] = round(percentile([s[part] * 1000 for s in samples], 0.5), 3)
-    result["goal_p50_ms"] = 500
-    result["goal_met"] = result["crash_to_relaunch_p50_ms"] <= 500
+        for run in range(args.runs):
+            samples = []
+            for index in range(args.loops):
+                directory = Path(root) / f"run{run}-loop{index}"
+                directory.mkdir()
+                samples.append(one_loop(directory))
+            runs.append(samples)
+    result = {"benchmark": "loop_overhead",
+              "code_path": "the real `ddtreed run` process on tests/programs/fast_service.py: its JSON events "
+                           "against the service's own exit stamp",
+              "baseline": "none needed: a wall-clock interval; the parts below say where it goes",
+              "runs": args.runs, "loops_per_run": args.loops, "load_before": load_before}
+    for part in ("crash_to_relaunch", "crash_to_decision", "stop", "diagnose_and_record", "apply_patch",
+                 "apply_to_relaunch"):
+        p50s = [percentile([s[part] * 1000 for s in samples], 0.5) for samples in runs]
+        result[f"{part}_p50_ms"] = spread(p50s, digits=1)
+    result["crash_to_relaunch_p99_ms_per_run"] = [
+        round(percentile([s["crash_to_relaunch"] * 1000 for s in samples], 0.99), 1) for samples in runs]
+    result["load_after"] = load_info()
+    result["goal_p50_ms"] = 100
+    result["goal_met"] = result["crash_to_relaunch_p50_ms"]["median"] <= 100
     result["wall_s"] = round(time.monotonic() - started, 1)
     emit(result)
 

@@ -1,8 +1,20 @@
-"""Lines per second through the real Follower → Assembler → signature_of → rules path.
+"""Lines per second through the daemon's own path, `ServiceRun.pump`, on real-SGLang log mixes.
 
-Generates a 2,000,000-line SGLang log (decode/prefill progress from 8 ranks, ~100 tracebacks of
-10–40 lines whose ranks interleave, one device-assert flood), then prints ONE JSON object with
-the pipeline's rate, a plain 64 KiB read-and-split loop's rate and drain3's rate for comparison.
+Code path timed: `ddtreed.service_run.ServiceRun.pump(0.2)` exactly as `Daemon._watch` calls it
+(`on_turn`, `Follower.wait`, `Follower.read`, `Assembler(eager=True).feed`, `MilestoneTracker.feed`,
+`Assembler.take`), on a `ServiceRun` built from a real config, following the service's log path
+(`<log_dir>/service.stdout.log`, opened through `LocalHost.open_follower` as `ServiceRun.start`
+does) that already holds the whole mix: the catch-up of a backlog, which is the daemon's fastest
+case. No process is spawned (nothing else of `start()` is timed). Every crash group `pump` returns
+then goes through `RuleSet.diagnose` (shipped rules, signature inside), timed apart.
+
+Baseline in the same process, right after each run: a plain `for line in f` loop (text mode)
+with the same needles (the assembler's `TAGGED_NEEDLES`, the milestone needles, and the untagged
+check `line[0] != "[" or not line[1].isdigit()`). drain3's `TemplateMiner` is a second baseline
+(first `--drain3-lines` lines, once per mix).
+
+Each mix (benchmarks/mixes.py: typical, noisy, worst) is measured `--runs` times, each run in a
+fresh child process (its own peak RSS); prints ONE JSON object per mix.
 """
 
 from __future__ import annotations
@@ -10,165 +22,127 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import resource
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _common import REPO, emit, load_info, quiet_logs, spread
 
-import structlog  # noqa: E402  (after the path insert, on purpose)
+import mixes
 
-from ddtreed.logs import Follower  # noqa: E402
-from ddtreed.signature import signature_of  # noqa: E402
-from ddtreed.tracebacks import Assembler  # noqa: E402
-
-SITE = "/opt/venv/lib/python3.12/site-packages"
-FRAMES = [
-    ("sglang/srt/managers/scheduler.py", "run_scheduler_process", "scheduler.event_loop_normal()"),
-    ("torch/utils/_contextlib.py", "decorate_context", "return func(*args, **kwargs)"),
-    ("sglang/srt/managers/scheduler.py", "event_loop_normal", "result = self.run_batch(batch)"),
-    ("sglang/srt/managers/scheduler.py", "run_batch", "batch_result = self.draft_worker.forward(b)"),
-    ("sglang/srt/speculative/dflash_worker.py", "forward_batch_generation", "out = self.verify(b)"),
-    ("sglang/srt/model_executor/model_runner.py", "forward", "return self._forward_raw(b)"),
-    ("sglang/srt/model_executor/cuda_graph_runner.py", "replay", "self.replay_prepare(b)"),
-    ("sglang/srt/model_executor/cuda_graph_runner.py", "replay_prepare", "self.input_ids.copy_(ids)"),
-]
-ASSERT_LINE = ("/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [{b},0,0], "
-               "thread: [{t},0,0] Assertion `-sizes[i] <= index && index < sizes[i] && \"index out of "
-               "bounds\"` failed.")
+GOALS = {"typical": 2_000_000, "noisy": 1_000_000, "worst": 200_000}
+DEFAULT_LINES = {"typical": 2_000_000, "noisy": 1_000_000, "worst": 500_000}
+PUMP_TIMEOUT_S = 0.2  # Daemon._watch: self.service.pump(TURN_S)
 
 
-def progress(rng: random.Random, second: int) -> str:
-    rank = rng.randrange(8)
-    stamp = f"[2026-07-28 10:{second // 60 % 60:02d}:{second % 60:02d} DP0 TP{rank}]"
-    if rng.random() < 0.8:
-        return (f"{stamp} Decode batch, #running-req: {rng.randrange(48)}, #token: {rng.randrange(99999)}, "
-                f"token usage: 0.{rng.randrange(99):02d}, accept len: 3.{rng.randrange(99):02d}, "
-                f"accept rate: 0.{rng.randrange(99):02d}, cuda graph: True, gen throughput (token/s): "
-                f"{rng.randrange(9000)}.{rng.randrange(99):02d}, #queue-req: 0")
-    return (f"{stamp} Prefill batch, #new-seq: 1, #new-token: {rng.randrange(4096)}, #cached-token: 0, "
-            f"token usage: 0.0{rng.randrange(9)}, #running-req: {rng.randrange(48)}, #queue-req: 0,")
+class CountingFeed:
+    """The follower `ServiceRun.start` opens, counting the lines its reads hand out."""
+
+    def __init__(self, follower):
+        self.follower, self.lines, self.reads = follower, 0, 0
+
+    def read(self):
+        chunks = self.follower.read()
+        self.reads += 1
+        for chunk in chunks:
+            self.lines += len(chunk.lines)
+        return chunks
+
+    def wait(self, timeout: float) -> bool:
+        return self.follower.wait(timeout)
+
+    def close(self) -> None:
+        self.follower.close()
 
 
-def body(rng: random.Random, serial: int, device_assert: bool) -> list[str]:
-    lines = []
-    for _ in range(rng.randrange(4, 18)):  # 2 lines per frame: 10–40 lines with header/message
-        module, function, code = rng.choice(FRAMES)
-        lines += [f'  File "{SITE}/{module}", line {rng.randrange(9999)}, in {function}', f"    {code}"]
-    if device_assert:
-        lines += ["torch.AcceleratorError: CUDA error: device-side assert triggered",
-                  "CUDA kernel errors might be asynchronously reported at some other API call, so the "
-                  "stacktrace below might be incorrect.",
-                  "For debugging consider passing CUDA_LAUNCH_BLOCKING=1"]
-    else:
-        lines.append(f"RuntimeError: The size of tensor a (8) must match the size of tensor b "
-                     f"({serial}) at non-singleton dimension 0")
-    return lines + [""]
+def service_run(directory: Path):
+    """A ServiceRun from a real config; its follower on the service's stdout log path."""
+    from ddtreed.clock import SystemClock
+    from ddtreed.config import load
+    from ddtreed.host import LocalHost
+    from ddtreed.service_run import ServiceRun
+
+    config_path = directory / "ddtreed.toml"
+    config_path.write_text(f'[service]\nargv = ["{sys.executable}", "-c", "pass"]\n\n[paths]\n'
+                           f'log_dir = "{directory / "logs"}"\nstate_dir = "{directory / "state"}"\n')
+    config = load(config_path)
+    host = LocalHost()
+    run = ServiceRun(host, config, list(config.service.argv), {}, SystemClock())
+    return run, host, run.supervisor.log_paths + list(config.paths.extra_logs)
 
 
-def crash_event(rng: random.Random, first_serial: int, ranks: int, device_assert: bool) -> list[str]:
-    """Several ranks failing together: their header lines first, then the untagged bodies."""
-    chosen = rng.sample(range(8), ranks)
-    lines = [f"[2026-07-28 11:00:00 DP0 TP{rank}] Scheduler hit an exception: Traceback (most recent "
-             f"call last):" for rank in chosen]
-    for offset in range(ranks):
-        lines += body(rng, first_serial + offset, device_assert)
-    return lines + ["[2026-07-28 11:00:00] SIGQUIT received. signum=None, frame=None. It usually "
-                    "means one child failed."]
+def child(mix: str, path: str, expected: int) -> dict:
+    """One run: the pump over the whole file, then the plain loop, in this process."""
+    quiet_logs()
+    from ddtreed.paths import shipped
+    from ddtreed.rules import load_rules
 
-
-def generate(path: str, total: int, seed: int = 7) -> int:
-    """Write the log; the number of tracebacks written."""
-    rng = random.Random(seed)
-    events = sorted(rng.sample(range(1000, total - 1000), 40))
-    flood_at = events[len(events) // 2]
-    written = lines = 0
-    with open(path, "w") as handle:
-        buffer: list[str] = []
-        for index in range(total):
-            if events and index == events[0]:
-                events.pop(0)
-                if index == flood_at:
-                    buffer += [ASSERT_LINE.format(b=i // 128, t=i % 128) for i in range(4096)]
-                ranks = rng.randrange(1, 5)
-                buffer += crash_event(rng, written, ranks, device_assert=index == flood_at)
-                written += ranks
-            buffer.append(progress(rng, index // 30000))
-            if len(buffer) >= 50000:
-                lines += len(buffer)
-                handle.write("\n".join(buffer) + "\n")
-                buffer = []
-        lines += len(buffer)
-        handle.write("\n".join(buffer) + "\n")
-    return written, lines
-
-
-def pipeline(path: str) -> dict:
-    """Follower → Assembler → signature_of → rules over the whole file."""
-    diagnose, note = load_diagnose()
-    assembler = Assembler()
-    found = lines = 0
-    started = time.perf_counter()
-    with Follower([path]) as follower:
-        while True:
-            chunks = follower.read()  # at most max_bytes_per_read: chunks stay in cache
-            if not chunks and not follower.wait(0):
-                break
-            for chunk in chunks:
-                lines += len(chunk.lines)
-                assembler.feed(chunk)
-            found += handle_groups(assembler.take(time.time()), diagnose)
-    found += handle_groups(assembler.take(time.time(), final=True), diagnose)
-    elapsed = time.perf_counter() - started
-    return {"lines": lines, "seconds": elapsed, "found": found, "rules_note": note}
-
-
-RULES_SECONDS = [0.0]  # time inside the rules stage, reported apart
-
-
-def handle_groups(groups, diagnose) -> int:
-    found = 0
-    for group in groups:
-        for crash in group:
-            signature_of(crash)
-            found += crash.exception is not None and crash.kind == "traceback"
-        if diagnose is not None:
-            started = time.perf_counter()
-            diagnose(group)
-            RULES_SECONDS[0] += time.perf_counter() - started
-    return found
-
-
-def load_diagnose():
-    """The rules stage when `ddtreed.rules` imports (another developer's package)."""
-    try:
-        from ddtreed.paths import shipped
-        from ddtreed.rules import load_rules
-    except ImportError as error:
-        return None, f"rules stage skipped: {error}"
     rules = load_rules([shipped("rules")])
-    return (lambda group: rules.diagnose(group, None)), f"rules stage: {len(rules.rules)} shipped rules"
+    with tempfile.TemporaryDirectory(prefix="ddtreed-pump-") as directory:
+        directory = Path(directory)
+        run, host, log_paths = service_run(directory)
+        os.makedirs(os.path.dirname(log_paths[0]), exist_ok=True)
+        os.link(path, log_paths[0])  # the mix is what the service wrote to its stdout log
+        for other in log_paths[1:]:
+            Path(other).touch()
+        rss_start = _rss_mib()
+        feed = CountingFeed(host.open_follower(log_paths))
+        run.follower = feed
+        groups = crashes = 0
+        rules_s = rules_cpu = 0.0
+        rss_half = None
+        started, cpu_started = time.perf_counter(), time.process_time()
+        while feed.lines < expected:
+            found = run.pump(PUMP_TIMEOUT_S)
+            if found:
+                before, cpu_before = time.perf_counter(), time.process_time()
+                for group in found:
+                    rules.diagnose(group, None)
+                rules_s += time.perf_counter() - before
+                rules_cpu += time.process_time() - cpu_before
+                groups += len(found)
+                crashes += sum(len(group) for group in found)
+            if rss_half is None and feed.lines >= expected // 2:
+                rss_half = _rss_mib()
+            if time.perf_counter() - started > 600:
+                raise SystemExit(f"{mix}: only {feed.lines} of {expected} lines after 600 s")
+        last = run.assembler.take(time.time(), final=True)
+        elapsed = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
+        groups += len(last)
+        crashes += sum(len(group) for group in last)
+        milestones = len(run.milestones.milestones)
+        run.close()
+    plain_lines, plain_s, plain_cpu, plain_hits = plain_loop(path)
+    pump_s = elapsed - rules_s
+    return {"lines": feed.lines, "reads": feed.reads, "seconds": elapsed, "rules_seconds": rules_s,
+            "lines_per_s": feed.lines / pump_s, "lines_per_s_with_rules": feed.lines / elapsed,
+            "plain_loop_lines_per_s": plain_lines / plain_s, "plain_loop_hits": plain_hits,
+            "lines_per_cpu_s": feed.lines / (cpu - rules_cpu),
+            "plain_loop_lines_per_cpu_s": plain_lines / plain_cpu,
+            "groups": groups, "crashes": crashes, "milestones": milestones,
+            "rss_mib_start": rss_start, "rss_mib_half": rss_half, "rss_mib_end": _rss_mib()}
 
 
-def plain_split(path: str) -> tuple[int, float]:
-    """The floor: 64 KiB reads split into lines (bytes, no decoding), nothing else."""
-    count, partial = 0, b""
-    started = time.perf_counter()
-    with open(path, "rb") as handle:
-        while True:
-            block = handle.read(65536)
-            if not block:
-                break
-            pieces = (partial + block).split(b"\n")
-            partial = pieces.pop()
-            count += len(pieces)
-    return count, time.perf_counter() - started
+def plain_loop(path: str) -> tuple[int, float, float, int]:
+    """The honest floor: `for line in f` with the same needles and the untagged check."""
+    from ddtreed.health import _NEEDLES as milestone_needles
+    from ddtreed.tracebacks.grammar import TAGGED_NEEDLES
+
+    needles = tuple(TAGGED_NEEDLES) + tuple(milestone_needles)
+    count = hits = 0
+    started, cpu_started = time.perf_counter(), time.process_time()
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            count += 1
+            if line[:1] != "[" or not line[1:2].isdigit() or any(needle in line for needle in needles):
+                hits += 1
+    return count, time.perf_counter() - started, time.process_time() - cpu_started, hits
 
 
-def drain3_rate(path: str, limit: int) -> tuple[int, float]:
+def drain3_rate(path: str, limit: int) -> float:
     from drain3 import TemplateMiner
 
     miner = TemplateMiner()
@@ -180,38 +154,80 @@ def drain3_rate(path: str, limit: int) -> tuple[int, float]:
             count += 1
             if count >= limit:
                 break
-    return count, time.perf_counter() - started
+    return count / (time.perf_counter() - started)
+
+
+def _rss_mib() -> float:
+    """Peak RSS of this process (VmHWM: ru_maxrss would carry the parent's peak over the exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def measure_mix(mix: str, lines: int, runs: int, drain3_lines: int, directory: Path) -> dict:
+    path = directory / f"{mix}.log"
+    written = mixes.generate(str(path), mix, lines)
+    load_before = load_info()
+    samples = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, __file__, "--child", mix, str(path), str(written.lines)],
+                             cwd=REPO, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise SystemExit(f"{mix} run failed:\n{out.stderr[-3000:]}")
+        samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    drain3 = drain3_rate(str(path), drain3_lines) if drain3_lines > 0 else None
+    path.unlink()
+    rate = spread([s["lines_per_s"] for s in samples])
+    plain = spread([s["plain_loop_lines_per_s"] for s in samples])
+    ratios = spread([s["plain_loop_lines_per_s"] / s["lines_per_s"] for s in samples], digits=2)
+    first = samples[0]
+    result = {
+        "benchmark": "pipeline_throughput", "mix": mix,
+        "code_path": "ServiceRun.pump(0.2) (Follower via LocalHost.open_follower, Assembler(eager=True), "
+                     "MilestoneTracker), then RuleSet.diagnose per crash group (timed apart)",
+        "baseline": "plain `for line in f` loop, same needles + untagged check, same process, right after",
+        "runs": runs, "lines": first["lines"], "bytes": written.bytes,
+        "long_lines": written.long_lines, "untagged_lines": written.untagged,
+        "lines_per_s": rate,
+        "plain_loop_lines_per_s": plain,
+        "slower_than_plain_loop_x": ratios,
+        "lines_per_cpu_s": spread([s["lines_per_cpu_s"] for s in samples]),
+        "plain_loop_lines_per_cpu_s": spread([s["plain_loop_lines_per_cpu_s"] for s in samples]),
+        "slower_than_plain_loop_cpu_x": spread([s["plain_loop_lines_per_cpu_s"] / s["lines_per_cpu_s"]
+                                                for s in samples], digits=2),
+        "lines_per_s_with_rules": spread([s["lines_per_s_with_rules"] for s in samples]),
+        "rules_seconds": spread([s["rules_seconds"] for s in samples], digits=3),
+        "drain3_lines_per_s": round(drain3) if drain3 else None,
+        "tracebacks_written": written.tracebacks,
+        "crashes_found": first["crashes"], "groups_found": first["groups"],
+        "reads": first["reads"],
+        "rss_mib_start_half_end": [first["rss_mib_start"], first["rss_mib_half"], first["rss_mib_end"]],
+        "rss_mib_end_max": max(s["rss_mib_end"] for s in samples),
+        "load_before": load_before, "load_after": load_info(),
+        "goal_lines_per_s": GOALS[mix],
+    }
+    result["goal_met"] = rate["median"] >= GOALS[mix] and (mix != "typical" or ratios["median"] <= 3.0)
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lines", type=int, default=2_000_000)
-    parser.add_argument("--drain3-lines", type=int, default=200_000)
+    parser.add_argument("--mix", choices=mixes.MIXES + ("all",), default="all")
+    parser.add_argument("--lines", type=int, default=None, help="lines per mix (default: per mix)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--drain3-lines", type=int, default=100_000)
+    parser.add_argument("--child", nargs=3, metavar=("MIX", "PATH", "LINES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
+    if args.child:
+        mix, path, expected = args.child
+        print(json.dumps(child(mix, path, int(expected))))
+        return
+    chosen = mixes.MIXES if args.mix == "all" else (args.mix,)
     with tempfile.TemporaryDirectory(prefix="ddtreed-bench-") as directory:
-        path = os.path.join(directory, "sglang.log")
-        generated, total_lines = generate(path, args.lines)
-        result = pipeline(path)
-        split_lines, split_seconds = plain_split(path)
-        drain_lines, drain_seconds = drain3_rate(path, args.drain3_lines)
-        size = os.path.getsize(path)
-    print(json.dumps({
-        "lines": result["lines"],
-        "bytes": size,
-        "seconds": round(result["seconds"], 3),
-        "lines_per_s": round(result["lines"] / result["seconds"]),
-        "readlines_lines_per_s": round(split_lines / split_seconds),
-        "drain3_lines_per_s": round(drain_lines / drain_seconds),
-        "drain3_note": f"drain3 TemplateMiner() defaults over the first {drain_lines} lines",
-        "tracebacks_generated": generated,
-        "tracebacks_found": result["found"],
-        "rules": result["rules_note"],
-        "rules_seconds": round(RULES_SECONDS[0], 3),
-        "lines_per_s_before_rules": round(result["lines"] / (result["seconds"] - RULES_SECONDS[0])),
-        "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "lines_generated": total_lines,
-    }))
+        for mix in chosen:
+            emit(measure_mix(mix, args.lines or DEFAULT_LINES[mix], args.runs, args.drain3_lines,
+                             Path(directory)))
 
 
 if __name__ == "__main__":

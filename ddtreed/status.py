@@ -1,13 +1,15 @@
 """The daemon-state snapshot: `<state_dir>/daemon-state.json`, rewritten atomically on every change.
 
 The daemon is the only writer; `ddtreed status`, the metrics endpoint and people read it. A reader
-sees the old snapshot or the new one, never half of one (temp file, fsync, rename).
+sees the old snapshot or the new one, never half of one (temp file, rename; no fsync: see
+`_replace_snapshot`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -15,7 +17,6 @@ from typing import Any, Callable
 
 import structlog
 
-from .host import write_atomic
 from .records import DAEMON_STATES
 
 log = structlog.get_logger(__name__)
@@ -76,15 +77,42 @@ def write_status(state_dir: str | os.PathLike[str], status: DaemonStatus) -> Dae
     status.check()  # a field set directly bypasses __post_init__
     status.updated_at = time.time()
     data = json.dumps(status.to_dict(), indent=1, sort_keys=False) + "\n"
-    write_atomic(str(status_path(state_dir)), data.encode(), mode=0o600)
+    _replace_snapshot(status_path(state_dir), data.encode())
     return status
+
+
+def _replace_snapshot(path: Path, data: bytes) -> None:
+    """Temp file + rename, mode 0600: a reader sees the old snapshot or the new one, never half.
+
+    No fsync: this is a snapshot the daemon rewrites at every state change and at its start, not
+    a record (incidents and applications are in SQLite). Two fsyncs per write were the largest
+    part of the crash path before the incident row exists (two writes: `crashed`, `diagnosing`;
+    benchmarks/record_path.py). After a power cut the file holds an earlier snapshot, or, on a
+    file system that does not order the rename after the data, nothing: `read_status` reads an
+    empty file as "no snapshot yet".
+    """
+    fd, temp = tempfile.mkstemp(prefix=".ddtreed-status-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(temp, 0o600)
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def read_status(state_dir: str | os.PathLike[str]) -> DaemonStatus | None:
     """The last snapshot, or None when no daemon has written one; StatusError when it is unreadable."""
     path = status_path(state_dir)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        if not text.strip():
+            return None  # a power cut before the unsynced snapshot reached the disk
+        raw = json.loads(text)
     except FileNotFoundError:
         return None
     except OSError as error:

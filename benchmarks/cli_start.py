@@ -1,0 +1,128 @@
+"""CLI start: wall time of `ddtreed --help` and `ddtreed status`, and what their imports cost.
+
+Code path timed: a fresh `python -m ddtreed --help` and `python -m ddtreed status --state-dir DIR`
+process each (the installed `ddtreed` script runs the same `ddtreed.cli:main`), DIR holding a
+daemon-state.json of a live pid (this one) and an incident database with 100 incidents written by
+the real `Store`. Baseline from the same run: the bare interpreter (`python -c pass`) and
+`python -c "import argparse, json, sqlite3"` (what any CLI of this kind needs). `python -X importtime`
+of each command gives the top contributors (cumulative µs of each top-level module imported by
+ddtreed). `--runs` runs each; prints ONE JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import REPO, emit, load_info, quiet_logs, spread
+
+GOAL_MS = 120.0
+
+
+def make_state_dir(directory: Path, incidents: int) -> None:
+    from ddtreed.incidents import Store
+    from ddtreed.incidents.connection import DATABASE_NAME
+    from ddtreed.records import Crash, RuleMatch
+    from ddtreed.signature import signature_of
+    from ddtreed.status import DaemonStatus, write_status
+
+    store = Store(directory / DATABASE_NAME)
+    crash = Crash(kind="traceback", exception="RuntimeError", message="The size of tensor a (8) must match",
+                  rank="TP0", detected_at=time.time())
+    for _ in range(incidents):
+        incident = store.open_incident("crash", (crash,), signature_of(crash),
+                                       RuleMatch(rule_id=None, category="unknown", title="", diagnosis="",
+                                                 remediations=()), None)
+        store.finish(incident, "open", "benchmark")
+    store.close()
+    write_status(directory, DaemonStatus(pid=os.getpid(), state="running", status_text="serving"))
+
+
+def wall_ms(argv: list[str], runs: int) -> tuple[list[float], int]:
+    values, code = [], 0
+    for _ in range(runs):
+        started = time.perf_counter()
+        done = subprocess.run(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+        values.append((time.perf_counter() - started) * 1000)
+        code = done.returncode
+    return values, code
+
+
+def importtime(argv: list[str], top: int = 10) -> tuple[list[dict], list[dict], float]:
+    """From `-X importtime`: what ddtreed's code imports from outside (root packages), ddtreed's
+    own modules (top three levels), both by cumulative time, and the total import time."""
+    done = subprocess.run([sys.executable, "-X", "importtime", *argv], cwd=REPO, capture_output=True,
+                          text=True, check=False)
+    rows = []
+    for line in done.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        self_us, cumulative_us, name = line.split(":", 1)[1].split("|", 2)
+        name = name[1:]  # one space after the bar, then two per nesting level
+        depth = (len(name) - len(name.lstrip())) // 2
+        rows.append((depth, name.strip(), int(self_us), int(cumulative_us)))
+    # `-X importtime` lists a module after the modules it imported (one level deeper): read
+    # backwards, a row's parent is the last row seen one level up. A third-party or stdlib module
+    # is counted (under its root package) where ddtreed's own code imported it.
+    outside: dict[str, int] = {}
+    ours: dict[str, int] = {}
+    chain: dict[int, bool] = {-1: True}  # depth -> that row and all its parents are ddtreed's
+    for depth, name, _self_us, cumulative_us in reversed(rows):
+        mine = name == "ddtreed" or name.startswith("ddtreed.")
+        if not mine and chain.get(depth - 1, False):
+            root = name.split(".")[0]
+            outside[root] = outside.get(root, 0) + cumulative_us
+        if mine and depth <= 2:
+            ours[name] = cumulative_us
+        chain[depth] = mine and chain.get(depth - 1, False)
+    total = sum(cumulative for depth, _n, _s, cumulative in rows if depth == 0)
+    return ([{"module": name, "cumulative_ms": round(us / 1000, 1)}
+             for name, us in sorted(outside.items(), key=lambda item: -item[1])[:top]],
+            [{"module": name, "cumulative_ms": round(us / 1000, 1)}
+             for name, us in sorted(ours.items(), key=lambda item: -item[1])[:top]],
+            round(total / 1000, 1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    quiet_logs()
+    python = sys.executable
+    result: dict = {"benchmark": "cli_start", "runs": args.runs,
+                    "code_path": "fresh `python -m ddtreed ...` processes (ddtreed.cli:main)",
+                    "load_before": load_info()}
+    with tempfile.TemporaryDirectory(prefix="ddtreed-cli-") as directory:
+        state = Path(directory) / "state"
+        state.mkdir(mode=0o700)
+        make_state_dir(state, 100)
+        commands = {
+            "help": [python, "-m", "ddtreed", "--help"],
+            "status": [python, "-m", "ddtreed", "status", "--state-dir", str(state)],
+        }
+        baselines = {
+            "python_c_pass": [python, "-c", "pass"],
+            "python_import_argparse_json_sqlite3": [python, "-c", "import argparse, json, sqlite3"],
+        }
+        for name, argv in {**baselines, **commands}.items():
+            values, code = wall_ms(argv, args.runs)
+            result[f"{name}_ms"] = spread(values, digits=1)
+            if name in commands:
+                result[f"{name}_exit_code"] = code
+                outside, ours, total = importtime(argv[1:])
+                result[f"{name}_importtime_total_ms"] = total
+                result[f"{name}_importtime_top_imported_by_ddtreed"] = outside
+                result[f"{name}_importtime_top_ddtreed_modules"] = ours
+    result["load_after"] = load_info()
+    result["goal_ms"] = GOAL_MS
+    result["goal_met"] = all(result[f"{name}_ms"]["median"] <= GOAL_MS for name in ("help", "status"))
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()

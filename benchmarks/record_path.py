@@ -1,0 +1,102 @@
+"""What the detection path costs between "crash read" and "incident committed", part by part.
+
+`handle_crash` does, before the incident row exists: `lifecycle.enter("crashed")` and
+`lifecycle.enter("diagnosing")` (each a `StatusBoard.publish` → `write_status`: temp file,
+rename), `RuleSet.diagnose`, then `Store.open_incident`
+(one SQLite transaction, WAL, synchronous=FULL: an fsync of the WAL per commit). This times the
+real functions on a real state dir (`--events` times each, interleaved), and beside them, in the
+same run: the snapshot written the way it was up to 16ef28d (`host.write_atomic`: fsync of the
+file and of the directory; `write_status` now renames without fsync), and the same
+`open_incident` on a store whose connection runs `PRAGMA synchronous=NORMAL` (WAL: durable across a
+crash of ddtreed, the last commits can be lost on a power cut). Prints ONE JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from _common import emit, load_info, percentile, quiet_logs
+
+import fast_service  # noqa: E402  (tests/programs, on sys.path through _common)
+from ddtreed.host import write_atomic  # noqa: E402
+from ddtreed.incidents import Store  # noqa: E402
+from ddtreed.paths import shipped  # noqa: E402
+from ddtreed.records import ServiceContext  # noqa: E402
+from ddtreed.rules import load_rules  # noqa: E402
+from ddtreed.status import DaemonStatus, status_path, write_status  # noqa: E402
+from ddtreed.tracebacks import assemble_lines  # noqa: E402
+
+CONTEXT = ServiceContext(speculative_algorithm="DDTREE", block_size=8, ddtree_budget=32, tp_size=2)
+
+
+def snapshot_with_fsync(state_dir: Path, status: DaemonStatus) -> None:
+    """How the snapshot was written up to 16ef28d: `host.write_atomic` (fsync file and directory)."""
+    status.updated_at = time.time()
+    data = (json.dumps(status.to_dict(), indent=1) + "\n").encode()
+    write_atomic(str(status_path(state_dir)), data, mode=0o600)
+
+
+def timed(function, *args) -> float:
+    started = time.perf_counter()
+    function(*args)
+    return (time.perf_counter() - started) * 1000
+
+
+def stats(values: list[float]) -> dict:
+    return {"p50": round(percentile(values, 0.5), 3), "p99": round(percentile(values, 0.99), 3),
+            "max": round(max(values), 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=200)
+    args = parser.parse_args()
+    quiet_logs(50)
+    rules = load_rules([shipped("rules")])
+    crashes = assemble_lines(fast_service.founding_traceback(["TP1", "TP0"]).splitlines())[0]
+    load_before = load_info()
+    parts: dict[str, list[float]] = {name: [] for name in (
+        "status_write", "status_write_fsync", "diagnose", "open_incident_full",
+        "open_incident_normal")}
+    with tempfile.TemporaryDirectory(prefix="ddtreed-record-") as root:
+        full_dir, normal_dir = Path(root) / "full", Path(root) / "normal"
+        for directory in (full_dir, normal_dir):
+            directory.mkdir(mode=0o700)
+        full, normal = Store(full_dir / "incidents.sqlite3"), Store(normal_dir / "incidents.sqlite3")
+        normal.db.execute("PRAGMA synchronous=NORMAL")
+        status = DaemonStatus(pid=os.getpid(), state="running", status_text="serving")
+        for _ in range(args.events):
+            parts["status_write"].append(timed(write_status, full_dir, status))
+            parts["status_write_fsync"].append(timed(snapshot_with_fsync, normal_dir, status))
+            started = time.perf_counter()
+            diagnosis = rules.diagnose(crashes, CONTEXT)
+            parts["diagnose"].append((time.perf_counter() - started) * 1000)
+            for store, key in ((full, "open_incident_full"), (normal, "open_incident_normal")):
+                parts[key].append(timed(store.open_incident, "crash", crashes, diagnosis.signature,
+                                        diagnosis.match, CONTEXT))
+        full.close()
+        normal.close()
+    result = {"benchmark": "record_path", "events": args.events,
+              "code_path": "ddtreed.status.write_status, RuleSet.diagnose (shipped rules), Store.open_incident",
+              "baseline": "same run: the snapshot by host.write_atomic (fsyncs, as up to 16ef28d); "
+                          "open_incident with PRAGMA synchronous=NORMAL",
+              "load_before": load_before, "load_after": load_info()}
+    result.update({f"{name}_ms": stats(values) for name, values in parts.items()})
+    # What handle_crash pays before the row exists: two status writes, diagnose, the commit.
+    now = [2 * a + b + c for a, b, c in zip(parts["status_write"], parts["diagnose"], parts["open_incident_full"])]
+    before = [2 * a + b + c for a, b, c in zip(parts["status_write_fsync"], parts["diagnose"],
+                                               parts["open_incident_full"])]
+    lean = [2 * a + b + c for a, b, c in zip(parts["status_write"], parts["diagnose"], parts["open_incident_normal"])]
+    result["record_now_ms"] = stats(now)
+    result["record_with_status_fsync_ms"] = stats(before)
+    result["record_with_synchronous_normal_ms"] = stats(lean)
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()
