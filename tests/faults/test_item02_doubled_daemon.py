@@ -12,7 +12,6 @@ from ddtreed.incidents import Store, database_path
 from ddtreed.status import read_status
 
 
-@pytest.mark.xfail(reason="needs item 2 one-daemon-per-state-dir lock (helper mid)", strict=False)
 @pytest.mark.slow
 def test_item02_a_second_daemon_on_the_same_state_dir_exits_2_and_the_first_keeps_serving(tmp_path):
     directory = tmp_path / "run"

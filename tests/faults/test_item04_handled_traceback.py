@@ -16,8 +16,6 @@ SERVICE = Path(__file__).resolve().parent / "asgi_handled_service.py"
 HANDLED = 5
 
 
-@pytest.mark.xfail(reason="needs item 4: only crash evidence with a failing service stops it (helper mid)",
-                   strict=False)
 @pytest.mark.slow
 def test_item04_five_handled_asgi_tracebacks_leave_the_healthy_service_running(tmp_path):
     directory = tmp_path / "run"

@@ -148,9 +148,13 @@ def trials(tmp_path_factory) -> list[dict]:
     return results
 
 
-# Before item 1's recovery fix (helper mid) 6 of 8 trials left the killed daemon's service
-# running, holding the port; this mark goes when that fix is on the branch.
-needs_recovery = pytest.mark.xfail(reason="needs item 1 recovery fix", strict=False)
+# Before item 1's recovery fix 6 of 8 trials left the killed daemon's service running, holding the
+# port. With it, 2 runs of 50 trials passed and a third lost one service (1 in ~104 trials: a kill
+# while a patched relaunch was being verified; the new daemon found the leftover neither by record
+# nor by environment and reverted the patch under it). Until that cause is found this stays an
+# expected failure that is reported (xfail/XPASS in the summary), not a gate.
+needs_recovery = pytest.mark.xfail(reason="1 lost leftover in ~104 kill trials (issue 16 item 1, open)",
+                                   strict=False)
 
 
 def _failed(trial: dict) -> bool:
