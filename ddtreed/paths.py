@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Iterable
 
 KINDS = ("rules", "remediations", "examples", "systemd")
-_CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 def shipped(kind: str) -> Path:
@@ -28,11 +27,6 @@ def shipped(kind: str) -> Path:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     # The package is installed as files (a wheel is never run zipped), so this is a real path.
     packaged = Path(str(resources.files("ddtreed").joinpath("data", kind)))
-    if packaged.is_dir():
-        return packaged
-    checkout = _CHECKOUT / kind  # a source checkout from before the files moved into the package
-    if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "ddtreed").is_dir() and checkout.is_dir():
-        return checkout
     return packaged
 
 

@@ -100,7 +100,7 @@ def test_rules_list_json(capsys):
 
 
 def test_rules_test_shows_how_a_rule_matches(capsys):
-    rule_file = ROOT / "rules" / "cuda-graph.toml"
+    rule_file = ROOT / "ddtreed" / "data" / "rules" / "cuda-graph.toml"
     assert main(["rules", "test", str(rule_file), str(FOUNDING)]) == 0
     out = capsys.readouterr().out
     assert "MATCH cuda-graph-shape-mismatch" in out
@@ -108,7 +108,7 @@ def test_rules_test_shows_how_a_rule_matches(capsys):
 
 
 def test_rules_test_exit_1_when_nothing_matches(capsys):
-    rule_file = ROOT / "rules" / "distributed.toml"
+    rule_file = ROOT / "ddtreed" / "data" / "rules" / "distributed.toml"
     assert main(["rules", "test", str(rule_file), str(FOUNDING)]) == 1
     assert "MATCH" not in capsys.readouterr().out
 

@@ -29,7 +29,7 @@ from ddtreed.incidents import Store, database_path  # noqa: E402
 SCALE = 20.0  # simulated seconds per real second
 SIMULATED_S = 300.0
 MAX_RESTARTS = 3
-RESTART_SEC = 10.0 / SCALE  # systemd/ddtreed.service: RestartSec=10s
+RESTART_SEC = 10.0 / SCALE  # ddtreed/data/systemd/ddtreed.service: RestartSec=10s
 
 
 def _life(config: Path, directory: Path, index: int, until: float) -> dict:

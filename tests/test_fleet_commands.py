@@ -131,7 +131,7 @@ def test_diagnose_remote_log(fleet, tmp_path):
 def test_rules_push_validates_before_swap_and_reloads(fleet, tmp_path):
     live = tmp_path / "live-rules"
     live.mkdir()
-    (live / "old.toml").write_text((REPO / "rules" / "fallback.toml").read_text())
+    (live / "old.toml").write_text((REPO / "ddtreed" / "data" / "rules" / "fallback.toml").read_text())
     daemon, state_dir = _real_daemon(tmp_path, live)
     inventory = fleet.inventory(tmp_path / "inv.toml", defaults={
         "rules_dir": str(live), "state_dir": str(state_dir)})
@@ -148,7 +148,7 @@ def test_rules_push_validates_before_swap_and_reloads(fleet, tmp_path):
         assert not daemon.has("reloaded")
 
         good = tmp_path / "good"
-        shutil.copytree(REPO / "rules", good)
+        shutil.copytree(REPO / "ddtreed" / "data" / "rules", good)
         code, report, _ = ddtreed("fleet", "rules", "push", str(good), "--inventory", str(inventory),
                                   "--hosts", "healthy", "--json")
         result = by_name(report)["healthy"]["result"]

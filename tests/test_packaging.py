@@ -112,12 +112,6 @@ def install_prefix(wheel: Path, directory: Path) -> Install:
                    _clean_env(PYTHONPATH=f"{site_packages}{os.pathsep}{DEPENDENCIES}"), site_packages)
 
 
-# Until the shipped files move into ddtreed/data/ (one late commit on branch ops): red by design.
-PENDING_MOVE = pytest.mark.xfail(reason="rules/, remediations/, examples/, systemd/ not yet in ddtreed/data/",
-                                 strict=False)
-
-
-@PENDING_MOVE
 @pytest.mark.parametrize("install", [install_venv, install_user, install_prefix], ids=["venv", "user", "prefix"])
 def test_the_installed_wheel_finds_its_rules_and_diagnoses_the_founding_crash(wheel, tmp_path, install):
     installed = install(wheel, tmp_path)
@@ -149,7 +143,6 @@ def test_the_installed_wheel_finds_its_rules_and_diagnoses_the_founding_crash(wh
     assert unit.returncode == 0 and "ddtreed@.service" in unit.stdout, unit.stdout + unit.stderr
 
 
-@PENDING_MOVE
 def test_an_unrelated_package_named_rules_changes_nothing(wheel, tmp_path):
     """It used to be taken for the shipped rules: 0 rules loaded, "ok", the founding crash `unknown`."""
     installed = install_venv(wheel, tmp_path)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-UNITS = Path(__file__).resolve().parent.parent / "systemd"
+UNITS = Path(__file__).resolve().parent.parent / "ddtreed" / "data" / "systemd"
 ANALYZE = shutil.which("systemd-analyze")
 
 

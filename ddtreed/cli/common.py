@@ -44,7 +44,7 @@ def add_json(parser: argparse.ArgumentParser) -> None:
 
 def add_config(parser: argparse.ArgumentParser, required: bool = False) -> None:
     parser.add_argument("--config", metavar="FILE", required=required,
-                        help="ddtreed TOML config (see examples/founding-ddtree-tp8.toml)")
+                        help="ddtreed TOML config (see ddtreed/data/examples/founding-ddtree-tp8.toml)")
 
 
 def load_config(path: str | None):

@@ -57,7 +57,7 @@ HELP: dict[tuple[str, ...], tuple[str | None, tuple[str, ...]]] = {
     ("rules", "check"): (None, ("ddtreed rules check --rules-dir /etc/ddtreed/rules",)),
     ("rules", "test"): (
         None,
-        ("ddtreed rules test rules/cuda-graph.toml tests/corpus/logs/ddtree-verify-width-8-vs-33.log",),
+        ("ddtreed rules test ddtreed/data/rules/cuda-graph.toml tests/corpus/logs/ddtree-verify-width-8-vs-33.log",),
     ),
     ("remediate",): (
         "Remediations are verified, reversible changes: a hash-checked patch of the installed "

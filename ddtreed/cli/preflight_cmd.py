@@ -23,7 +23,7 @@ def register(commands) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", metavar="FILE", required=True,
-                        help="ddtreed TOML config (see examples/founding-ddtree-tp8.toml)")
+                        help="ddtreed TOML config (see ddtreed/data/examples/founding-ddtree-tp8.toml)")
     add_json(parser)
     add_state_dir(parser)
     parser.add_argument("--strict", action="store_true",

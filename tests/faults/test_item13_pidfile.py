@@ -72,7 +72,7 @@ def _push(fleet, tmp_path: Path, state_dir: Path, live: Path) -> dict:
     inventory = fleet.inventory(tmp_path / "inv.toml", defaults={"rules_dir": str(live), "state_dir": str(state_dir)})
     good = tmp_path / "good"
     if not good.exists():
-        shutil.copytree(REPO / "rules", good)
+        shutil.copytree(REPO / "ddtreed" / "data" / "rules", good)
     result = run_cli("fleet", "rules", "push", str(good), "--inventory", str(inventory), "--hosts", "healthy",
                      "--json", env={"PYTHONPATH": str(REPO)}, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -104,7 +104,7 @@ def test_item13_a_stale_pid_file_gets_no_signal_and_says_why(fleet, tmp_path, st
 @pytest.mark.skipif(not sshd.available(), reason="needs root and /usr/sbin/sshd (.ci/sshd-setup.sh)")
 def test_item13_the_real_daemon_of_the_state_dir_is_signalled_and_reloads(fleet, tmp_path):
     live = tmp_path / "live-rules"
-    shutil.copytree(REPO / "rules", live)
+    shutil.copytree(REPO / "ddtreed" / "data" / "rules", live)
     config = service_config(tmp_path / "run", extra_args=("--disable-cuda-graph",), paths={"rules_dirs": [str(live)]})
     state_dir = tmp_path / "run" / "state"
     daemon = DaemonProcess(config, tmp_path / "daemon.jsonl")
