@@ -222,6 +222,8 @@ class ServingWatch:
         result = self._result
         if result is None or result.ok:
             self._failed.clear()
+            if result is not None and self._on_ok is not None:
+                self._on_ok()  # on the loop thread: the status board and /metrics see it now
             return []
         self._failed.append(f"{result.detail} after {result.elapsed_s:.1f}s")
         log.warning("serving.probe_failed", detail=result.detail, consecutive=len(self._failed),
