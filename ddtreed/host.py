@@ -250,8 +250,11 @@ class LocalHost:
         return None
 
 
-def write_atomic(path: str, data: bytes, mode: int | None = None) -> None:
-    """Temp file in the same directory, fsync, rename, fsync the directory: old or new, never half."""
+def write_atomic(path: str, data: bytes, mode: int | None = None, durable: bool = True) -> None:
+    """Temp file in the same directory, fsync, rename, fsync the directory: old or new, never half.
+
+    `durable=False` skips both fsyncs: still never half, but after a power cut the file may hold
+    the previous content (for snapshots that are rewritten all the time, not for records)."""
     directory = os.path.dirname(os.path.abspath(path))
     if mode is None:
         try:
@@ -262,8 +265,9 @@ def write_atomic(path: str, data: bytes, mode: int | None = None) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.chmod(temp, mode)
         os.replace(temp, path)
     except BaseException:
@@ -272,6 +276,8 @@ def write_atomic(path: str, data: bytes, mode: int | None = None) -> None:
         except FileNotFoundError:
             pass
         raise
+    if not durable:
+        return
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, Callable
 
 import structlog
 
+from .host import write_atomic
 from .records import DAEMON_STATES
 
 log = structlog.get_logger(__name__)
@@ -91,18 +91,7 @@ def _replace_snapshot(path: Path, data: bytes) -> None:
     file system that does not order the rename after the data, nothing: `read_status` reads an
     empty file as "no snapshot yet".
     """
-    fd, temp = tempfile.mkstemp(prefix=".ddtreed-status-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(temp, 0o600)
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_atomic(str(path), data, mode=0o600, durable=False)
 
 
 def read_status(state_dir: str | os.PathLike[str]) -> DaemonStatus | None:
