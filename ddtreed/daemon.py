@@ -318,10 +318,10 @@ class Daemon:
         self.lifecycle.enter("starting", "service starting")
         return True
 
-    def stop_service(self, reason: str, final: bool = False) -> ExitStatus | None:
+    def stop_service(self, reason: str, final: bool = False, settle_s: float = 0.0) -> ExitStatus | None:
         if self.service is None:
             return None
-        exit_status = self.service.stop(reason, final)
+        exit_status = self.service.stop(reason, final, settle_s=settle_s)
         self.publish(service_pid=None)
         return exit_status
 

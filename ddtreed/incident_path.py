@@ -29,6 +29,7 @@ log = structlog.get_logger(__name__)
 OBSERVE_SETTLE_S = 2.0  # a service dying of its traceback exits (or fails health) within this
 OBSERVE_HEALTH_S = 5.0  # deadline of the health probe that decides "alive and serving"
 OBSERVED_MERGE_S = 3600.0  # the same handled error again within this: a step, not a new incident
+LAUNCHER_SETTLE_S = 1.0  # a launcher that printed its own error is exiting; it gets this long to finish
 
 
 class Loop(Protocol):
@@ -68,7 +69,7 @@ class Loop(Protocol):
 
     def healthy(self, verdict: Verdict) -> None: ...
 
-    def stop_service(self, reason: str) -> ExitStatus | None: ...
+    def stop_service(self, reason: str, final: bool = False, settle_s: float = 0.0) -> ExitStatus | None: ...
 
     def publish(self, **changes) -> None: ...
 
@@ -105,7 +106,9 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
         if found is not None:
             store.add_step(incident_id, "evidence", found[0], found[1])
     with incident_context(incident_id):
-        stopped = loop.stop_service("crash")  # no drain: SGLang's own 5 s crash sleep is not waited for
+        # no drain: SGLang's own 5 s crash sleep is not waited for; a launcher that printed its own
+        # error gets a moment to exit by itself, so its real exit code is kept
+        stopped = loop.stop_service("crash", settle_s=LAUNCHER_SETTLE_S if printed_by_launcher(crashes) else 0.0)
         late = without_echoes(loop.service.drain(), already=crashes)  # SIGQUIT echoes are no 2nd death
         if late:  # other ranks finished their tracebacks while the tree went down
             crashes = crashes + late
@@ -131,6 +134,12 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
                            relaunch_heals=all(c.kind in RELAUNCH_HEALS for c in crashes))
         loop.publish(current_incident_id=None)
     return Outcome(incident_id, status)
+
+
+def printed_by_launcher(crashes: tuple[Crash, ...]) -> bool:
+    """An untagged traceback with no "X hit an exception" prefix: the launcher's own error (an
+    import error, a bad flag), not a rank's or the detokenizer's — its process is ending."""
+    return any(c.kind == "traceback" and c.rank is None and c.prefix is None for c in crashes)
 
 
 def phase_of(loop: Loop) -> str:

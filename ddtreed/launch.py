@@ -123,7 +123,7 @@ class Supervisor:
             log.warning("service.exited", pid=self.process.pid, status=status.describe())
         return status
 
-    def stop(self, reason: str, drain: bool | None = None) -> ExitStatus:
+    def stop(self, reason: str, drain: bool | None = None, settle_s: float = 0.0) -> ExitStatus:
         """Stop the whole service, the way SGLang wants to be stopped.
 
         SIGTERM to the launcher process only: SGLang then logs `SIGTERM received… Draining
@@ -135,6 +135,10 @@ class Supervisor:
         `drain=False` for a service that already failed (a child died, a crash is in progress):
         nothing is left to drain, and SGLang would first sleep 5 s "to let GPU activity settle";
         the group gets SIGTERM at once. Unset: no drain when `reason` is "crash".
+
+        `settle_s`: a failed launcher that printed its own error (an import error, argparse's
+        exit 2) is usually exiting already; it gets this long to end by itself, so the incident
+        keeps its real exit code instead of ddtreed's SIGTERM.
         """
         if drain is None:
             drain = reason != "crash"
@@ -146,6 +150,8 @@ class Supervisor:
         status = process.poll()
         already_exited = status is not None
         self.stop_requested = True
+        if not drain and status is None and settle_s > 0:
+            status = self._wait_main_exit(process, settle_s)
         if self._tree_alive(process):
             if drain and status is None and self._signal_main(process, signal.SIGTERM):
                 status = self._wait_tree_exit(process, self._clock() + grace)
@@ -197,6 +203,15 @@ class Supervisor:
 
     def _wait_tree_exit(self, process: Process, deadline: float) -> ExitStatus | None:
         while self._tree_alive(process) and self._clock() < deadline:
+            time.sleep(_POLL_S)
+        return process.poll()
+
+    def _wait_main_exit(self, process: Process, seconds: float) -> ExitStatus | None:
+        """Poll the launcher for up to `seconds` (counted in polls: a stopped test clock cannot hang it)."""
+        for _ in range(max(1, int(seconds / _POLL_S))):
+            status = process.poll()
+            if status is not None:
+                return status
             time.sleep(_POLL_S)
         return process.poll()
 

@@ -125,7 +125,8 @@ class ServiceRun:
                     self.follower.wait(DRAIN_QUIET_S / 4)
         return flatten(self.assembler.take(self.clock.time(), final=True))
 
-    def stop(self, reason: str, final: bool = False, drain: bool | None = None) -> ExitStatus | None:
+    def stop(self, reason: str, final: bool = False, drain: bool | None = None,
+             settle_s: float = 0.0) -> ExitStatus | None:
         """Drain and stop (SIGTERM to the launcher first); `drain=False` for a failed service.
 
         The waits (tree exit, port, GPUs) answer signals: a SIGTERM meanwhile raises `Stopping`,
@@ -136,7 +137,7 @@ class ServiceRun:
         if final:
             self._turning.interruptible = False
             self.supervisor.release_timeout_s = 0.0
-        return self.supervisor.stop(reason, drain=drain)
+        return self.supervisor.stop(reason, drain=drain, settle_s=settle_s)
 
     def close(self) -> None:
         """Stop following the logs (the follower object stays, closed, for whoever inspects it)."""

@@ -31,15 +31,13 @@ def ddtreed(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def gave_up(tmp_path_factory) -> dict:
-    directory = tmp_path_factory.mktemp("no-sglang")
+def give_up(directory: Path, *extra: str, max_restarts: int = MAX_RESTARTS) -> dict:
     config = directory / "ddtreed.toml"
     config.write_text(
-        "[service]\nargv = " + json.dumps([sys.executable, str(PROGRAM), "--port", str(free_port())]) + "\n"
+        "[service]\nargv = " + json.dumps([sys.executable, str(PROGRAM), "--port", str(free_port()), *extra]) + "\n"
         f"[paths]\nlog_dir = {json.dumps(str(directory / 'logs'))}\n"
         f"state_dir = {json.dumps(str(directory / 'state'))}\n"
-        f"[policy]\nmax_restarts = {MAX_RESTARTS}\nrestart_window_s = 300.0\nbackoff_initial_s = 0.05\n"
+        f"[policy]\nmax_restarts = {max_restarts}\nrestart_window_s = 300.0\nbackoff_initial_s = 0.05\n"
         "backoff_max_s = 0.2\nstop_grace_s = 2.0\n"
         "[probe]\nstartup_timeout_s = 60.0\npoll_interval_s = 0.1\n"
         "[preflight]\nenabled = false\n")
@@ -47,6 +45,11 @@ def gave_up(tmp_path_factory) -> dict:
     with Store(database_path(directory / "state")) as store:
         incidents = [store.get(row["id"]) for row in store.list_incidents()]
     return {"run": run, "incidents": incidents, "state": directory / "state", "directory": directory}
+
+
+@pytest.fixture(scope="module")
+def gave_up(tmp_path_factory) -> dict:
+    return give_up(tmp_path_factory.mktemp("no-sglang"))
 
 
 def test_the_daemon_exits_75_when_the_restart_budget_is_spent(gave_up):
@@ -75,6 +78,16 @@ def test_the_incident_carries_what_the_service_said(gave_up):
     assert "  exit:       exit code 1" in shown.stdout
     assert "<n>" not in shown.stdout
     assert "resolved:" not in shown.stdout and "  escalated:  " in shown.stdout
+
+
+def test_a_launcher_slow_to_exit_keeps_its_own_exit_code(tmp_path):
+    """CI, loaded: the traceback was complete before the interpreter had exited, ddtreed's SIGTERM
+    came first, and the incident said `exit_code: None` (signal 15) instead of the launcher's 1."""
+    run = give_up(tmp_path, "--linger", "0.3", max_restarts=1)
+    assert run["run"].returncode == 75, run["run"].stderr[-3000:]
+    [incident] = run["incidents"]
+    assert incident["evidence"]["exit_code"] == 1, incident["evidence"]
+    assert incident["evidence"].get("signal") is None
 
 
 def test_status_says_it_gave_up(gave_up):

@@ -5,6 +5,7 @@ own stderr says why.
 """
 
 import sys
+import time
 
 sys.stdout.write("starting the server\n")
 sys.stdout.flush()
@@ -14,4 +15,6 @@ sys.stderr.write(
     '  File "<frozen runpy>", line 112, in _get_module_details\n'
     "ModuleNotFoundError: No module named 'sglang'\n")
 sys.stderr.flush()
+if "--linger" in sys.argv:  # interpreter teardown on a loaded host: the exit comes a moment later
+    time.sleep(float(sys.argv[sys.argv.index("--linger") + 1]))
 sys.exit(1)
