@@ -43,6 +43,7 @@ class Notifier:
         self.address = address or None
         self._watchdog_usec = watchdog_usec
         self._socket: socket.socket | None = None
+        self._dropping = False  # the manager's queue was full at the last send
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, unset: bool = False) -> "Notifier":
@@ -100,11 +101,20 @@ class Notifier:
         try:
             if self._socket is None:
                 self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-            self._socket.sendto(message, _socket_address(self.address))
+            # Never wait: a manager that is not reading (its queue of datagrams full) must not
+            # stop the main loop; the message is dropped instead (the next ping follows soon).
+            self._socket.sendto(message, socket.MSG_DONTWAIT, _socket_address(self.address))
+        except BlockingIOError:
+            if not self._dropping:  # once per spell, not once a second
+                log.warning("sd_notify_dropped", address=self.address, message=assignments[0],
+                            hint="the service manager is not reading its notification socket")
+            self._dropping = True
+            return False
         except OSError as error:
             log.debug("sd_notify_failed", address=self.address, error=str(error),
                       message=assignments[0])
             return False
+        self._dropping = False
         return True
 
     def close(self) -> None:

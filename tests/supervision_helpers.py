@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import sys
 import time
@@ -40,3 +41,9 @@ def wait_for(condition, timeout: float = 10.0, interval: float = 0.02, what: str
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def ctrl_c_works() -> None:
+    """In the child: Ctrl-C as in a terminal. A suite started in the background (`cmd &` in a
+    script) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -12,6 +12,7 @@ import pytest
 
 from ddtreed.cli import build_parser, main
 from ddtreed.cli.help_text import missing
+from supervision_helpers import ctrl_c_works
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,7 +56,7 @@ def test_logs_follows_through_rotation(tmp_path):
     config = service_logs(tmp_path)
     stderr = tmp_path / "logs" / "service.stderr.log"
     follower = subprocess.Popen([sys.executable, "-m", "ddtreed", "logs", "--config", str(config), "-f",
-                                 "--stream", "stderr", "-n", "1"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                                 "--stream", "stderr", "-n", "1"], cwd=ROOT, stdout=subprocess.PIPE, text=True, preexec_fn=ctrl_c_works)
     try:
         assert follower.stdout.readline() == "ModuleNotFoundError: No module named 'sglang'\n"
         with stderr.open("a") as handle:
@@ -75,3 +76,23 @@ def test_logs_without_a_log_dir_is_one_line(tmp_path, capsys):
     assert main(["logs", "--config", str(config)]) == 2
     assert capsys.readouterr().err == (f"ddtreed: error: {config}: paths.log_dir = {tmp_path / 'none'}: no such "
                                        "directory (has the daemon started the service yet?)\n")
+
+
+def test_logs_follow_starts_exactly_where_the_tail_ended(tmp_path):
+    """Found under load: the follower took its starting offset after printing the tail, so a line
+    written in between was lost, and a line still being written was shown cut in two."""
+    config = service_logs(tmp_path)
+    stderr = tmp_path / "logs" / "service.stderr.log"
+    with stderr.open("a") as handle:
+        handle.write("Traceback (most rec")  # the service is in the middle of a line
+    follower = subprocess.Popen([sys.executable, "-m", "ddtreed", "logs", "--config", str(config), "-f",
+                                 "--stream", "stderr", "-n", "1"], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                preexec_fn=ctrl_c_works)
+    try:
+        assert follower.stdout.readline() == "ModuleNotFoundError: No module named 'sglang'\n"
+        with stderr.open("a") as handle:
+            handle.write("ent call last):\n")
+        assert follower.stdout.readline() == "Traceback (most recent call last):\n"
+    finally:
+        follower.send_signal(signal.SIGINT)
+        assert follower.wait(60) == 0

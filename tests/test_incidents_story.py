@@ -20,6 +20,7 @@ from ddtreed.cli import main
 from ddtreed.incidents import Store, database_path
 from ddtreed.incidents.evidence import ServiceOutput, StderrTail, evidence
 from ddtreed.records import Application, Crash, LaunchChange, RuleMatch, Signature
+from supervision_helpers import ctrl_c_works
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_764_583_200.0  # 2025-12-01 10:00:00 UTC
@@ -176,7 +177,7 @@ def test_follow_prints_incidents_as_they_open_and_end(tmp_path):
         store.open_incident("crash", (), detected_at=T0, message="before")
     follower = subprocess.Popen([sys.executable, "-m", "ddtreed", "incidents", "--follow", "--json",
                                  "--state-dir", str(directory)], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_works)
     try:
         events = [json.loads(follower.stdout.readline())]
         with Store(database_path(directory)) as store:

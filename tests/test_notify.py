@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -137,3 +138,19 @@ def test_unset_keeps_the_variables_from_the_service_tree(abstract_listener):
                           capture_output=True, text=True)
     assert done.stdout.strip() == "[] 2.0", done.stderr
     assert receive() == {"READY": "1"}
+
+
+def test_a_manager_that_stops_reading_never_blocks_the_loop(listener):
+    """Found under load: the receiver stopped reading for ~10 s (a busy service manager, or the
+    test's own listener), the kernel's queue of unread datagrams filled (net.unix.max_dgram_qlen,
+    10 by default) and the next WATCHDOG=1 blocked ddtreed's main loop for good: no stop on
+    SIGTERM, no supervision. A full queue now drops the message."""
+    path, receive = listener
+    notifier = Notifier(path)
+    outcome: list[bool] = []
+    sender = threading.Thread(target=lambda: outcome.extend(notifier.watchdog() for _ in range(500)), daemon=True)
+    sender.start()
+    sender.join(60)
+    assert not sender.is_alive(), "sd_notify blocked on a receiver that does not read"
+    assert outcome[0] is True and outcome[-1] is False  # the first ones queued, later ones dropped
+    assert receive() == {"WATCHDOG": "1"}  # what was queued still arrives

@@ -35,16 +35,21 @@ def register(commands) -> None:
     parser.set_defaults(handler=run)
 
 
-def _tail(path: Path, count: int) -> list[str]:
+def _tail(path: Path, count: int) -> tuple[list[str], tuple[int, int]]:
+    """The last `count` lines, and where they end (inode, offset): following starts exactly there,
+    so a line written between the tail and the follow is neither lost nor shown twice."""
     try:
         with open(path, "rb") as handle:
+            inode = os.fstat(handle.fileno()).st_ino
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             handle.seek(max(0, size - 256 * 1024))  # the last lines live in the last 256 KiB
-            lines: deque[bytes] = deque(handle.read().splitlines(), maxlen=count)
+            data = handle.read(size - handle.tell())
     except FileNotFoundError:
-        return []
-    return [line.decode("utf-8", "replace") for line in lines]
+        return [], (0, 0)
+    complete = data[:data.rfind(b"\n") + 1]  # a line still being written is the follower's
+    lines: deque[bytes] = deque(complete.splitlines(), maxlen=count)
+    return [line.decode("utf-8", "replace") for line in lines], (inode, size - (len(data) - len(complete)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,30 +63,27 @@ def run(args: argparse.Namespace) -> int:
     names = list(STREAMS) if args.stream == "both" else [args.stream]
     paths = {name: directory / STREAMS[name] for name in names}
     prefix = len(names) > 1
+    position: dict[str, tuple[int, int]] = {}
     for name, path in paths.items():
-        for line in _tail(path, args.lines):
+        lines, position[name] = _tail(path, args.lines)
+        for line in lines:
             _print(name, line, prefix)
     if not args.follow:
         missing = [str(path) for path in paths.values() if not path.exists()]
         if len(missing) == len(paths):
             print(f"ddtreed: no service logs yet in {directory}", file=sys.stderr)
         return 0
-    return _follow(paths, prefix)
+    sys.stdout.flush()
+    return _follow(paths, position, prefix)
 
 
 def _print(name: str, line: str, prefix: bool) -> None:
     print(f"{name}: {line}" if prefix else line)
 
 
-def _follow(paths: dict[str, Path], prefix: bool) -> int:
-    """Poll the files; a new inode (rotation) or a shorter file (truncation) starts from its top."""
-    position: dict[str, tuple[int, int]] = {}
-    for name, path in paths.items():
-        try:
-            status = path.stat()
-            position[name] = (status.st_ino, status.st_size)
-        except FileNotFoundError:
-            position[name] = (0, 0)
+def _follow(paths: dict[str, Path], position: dict[str, tuple[int, int]], prefix: bool) -> int:
+    """Poll the files from where the tail ended; a new inode (rotation) or a shorter file
+    (truncation) starts from its top."""
     pending = {name: b"" for name in paths}
     try:
         while True:
