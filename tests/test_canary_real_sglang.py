@@ -171,6 +171,29 @@ def test_every_distinct_output_of_a_recording_is_a_golden_variant(replay, store)
     assert result.passed and result.prompts[0].first_divergence is None  # one variant matches whole
 
 
+def test_status_shows_a_tolerated_variation_apart_from_a_divergence(replay, store):
+    from ddtreed.canary.view import render
+
+    prompt, bodies = real_repeats()
+    canary = Canary(store, CanaryConfig(prompts=(prompt,), max_new_tokens=256, golden_samples=1))
+    replay.queue[prompt] = [bodies[0], bodies[1]]
+    canary.check(replay.prober, NGRAM)
+    text = render(canary.check(replay.prober, NGRAM))
+    assert text.startswith("canary: PASSED") and "first variation (tolerated) (prompt 1, token 39" in text
+
+
+def test_a_recording_repeat_that_is_degenerate_records_nothing_for_that_prompt(replay, store):
+    prompt, bodies = real_repeats()
+    stuck = {**bodies[0], "output_ids": [2028] * 256}
+    canary = Canary(store, CanaryConfig(prompts=(prompt,), max_new_tokens=256))
+    replay.queue[prompt] = [bodies[0], stuck, bodies[1]]
+    result = canary.check(replay.prober, NGRAM)
+    assert result.passed and result.recorded == 0
+    assert result.prompts[0].detail == "not recorded: a repeat gave degenerate repetition of '2028'"
+    assert store.goldens(*golden_key(NGRAM)) == []
+    assert golden_variants({"output_tokens": [1, 2, 3]}) == [[1, 2, 3]]  # a row from before variants
+
+
 def test_each_canary_request_has_a_prefix_cache_namespace_of_its_own(replay, store):
     """The false DFLASH divergence on the H200: the golden run of prompt 4 prefilled 41 new tokens
     (cold), the check a second later 1 new token on 40 cached ones, and diverged at token 10."""
