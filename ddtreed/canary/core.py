@@ -245,7 +245,7 @@ class Canary:
                   f"no goldens yet for these {len(prompts)} prompts") + (
             f" ({varied} past the first {self.config.agree_tokens} tokens only)" if varied else "") + (
             f", accept length {accept:.2f}" if accept is not None else "") + (
-            " (not judged: NGRAM drafts from served history)"
+            f" (not judged: {context.speculative_algorithm} drafts from served history)"
             if accept is not None and context.speculative_algorithm
             and not judges_acceptance(context) else "")
         return CanaryResult(True, None, detail, key, tuple(prompts), accept, baseline, at=at)
