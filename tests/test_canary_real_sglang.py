@@ -153,6 +153,8 @@ def test_real_repeats_replayed_through_the_canary_pass_and_say_where_they_vary(r
         assert result.prompts[0].first_divergence == 38
         assert "agrees with the golden for 38 ids (8 required), varies from token 39" in result.prompts[0].detail
         assert "(1 past the first 8 tokens only)" in result.detail
+    stored = store.canary_runs(1)[0]["data"]["prompts"][0]
+    assert stored["output_ids"] == bodies[2]["output_ids"]  # the whole answer, for the next analysis
     exact = Canary(store, CanaryConfig(prompts=(prompt,), max_new_tokens=256, agree_tokens=0))
     replay.queue[prompt] = [bodies[1]]
     assert exact.check(replay.prober, NGRAM).category == "silent-corruption"

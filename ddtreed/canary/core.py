@@ -163,6 +163,7 @@ class Canary:
                             distinct([run[index] for run in samples]), self.config.golden_samples),
                                      recorded=True, accept_length=g.accept_length,
                                      elapsed_s=g.elapsed_s, output_text=g.text,
+                                     output_ids=tuple(g.ids),
                                      tokens=len(output_tokens(g.ids, g.text)[1]))
                         for index, (prompt, g) in enumerate(zip(self.prompts, generations)))
         accept = _mean(g.accept_length for g in generations)
@@ -202,7 +203,7 @@ class Canary:
     def _judge(self, prompt: str, generation: client.Generation,
                golden: dict[str, Any] | None) -> PromptResult:
         common = dict(accept_length=generation.accept_length, elapsed_s=generation.elapsed_s,
-                      output_text=generation.text)
+                      output_text=generation.text, output_ids=tuple(generation.ids))
         if generation.error:
             return PromptResult(prompt, False, "error", generation.error, **common)
         if golden is None:

@@ -34,6 +34,7 @@ class PromptResult:
     golden_tokens: int = 0
     diff: tuple[str, ...] = ()
     output_text: str | None = None
+    output_ids: tuple[int, ...] = ()  # the whole answer, so a stored run is evidence on its own
     recorded: bool = False  # this output became the golden (first healthy run)
 
 
@@ -70,7 +71,8 @@ class CanaryResult:
 
 def result_from_dict(data: dict[str, Any]) -> CanaryResult:
     """The inverse of `to_dict` (for `canary status` reading a stored run)."""
-    prompts = tuple(PromptResult(**{**p, "diff": tuple(p.get("diff") or ())})
+    prompts = tuple(PromptResult(**{**p, "diff": tuple(p.get("diff") or ()),
+                                    "output_ids": tuple(p.get("output_ids") or ())})
                     for p in data.get("prompts") or ())
     fields = {k: v for k, v in data.items() if k not in ("key", "prompts")}
     return CanaryResult(**{**fields, "key": GoldenKey(**data["key"]), "prompts": prompts})
