@@ -155,6 +155,11 @@ def test_real_repeats_replayed_through_the_canary_pass_and_say_where_they_vary(r
         assert "(1 past the first 8 tokens only)" in result.detail
     stored = store.canary_runs(1)[0]["data"]["prompts"][0]
     assert stored["output_ids"] == bodies[2]["output_ids"]  # the whole answer, for the next analysis
+    from ddtreed.canary import result_from_dict
+
+    newer = {**store.canary_runs(1)[0]["data"], "from_a_newer_ddtreed": 1}
+    newer["prompts"] = [{**p, "also_newer": True} for p in newer["prompts"]]
+    assert result_from_dict(newer).prompts[0].output_ids == tuple(bodies[2]["output_ids"])
     exact = Canary(store, CanaryConfig(prompts=(prompt,), max_new_tokens=256, agree_tokens=0))
     replay.queue[prompt] = [bodies[1]]
     assert exact.check(replay.prober, NGRAM).category == "silent-corruption"
