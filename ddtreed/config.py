@@ -83,7 +83,10 @@ class CanaryConfig:
     prompts: tuple[str, ...] = ()  # empty: the shipped default set
     max_new_tokens: int = 32
     interval_s: float = 0.0  # 0: only after restarts and remediations
-    max_divergent_tokens: int = 0
+    max_divergent_tokens: int = 0  # differing positions tolerated inside the agreement window
+    agree_tokens: int = 8  # leading tokens that must agree with a golden (0: every token)
+    golden_samples: int = 3  # requests per prompt when goldens are recorded; distinct outputs kept
+    isolate_cache: bool = True  # each request in its own prefix-cache namespace (`extra_key`)
     repetition_limit: int = 0  # the same token this many times in a row is degenerate (0: off)
     degenerate_loop_share: float = 0.9  # one loop covering this share of an output is degenerate
     degenerate_loop_period: int = 4  # ... a loop of at most this many tokens

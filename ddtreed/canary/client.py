@@ -31,16 +31,24 @@ class Generation:
 
 
 def generate(base_url: str, prompt: str, max_new_tokens: int, deadline: float,
-             interrupted: Callable[[], bool] | None = None) -> Generation:
+             interrupted: Callable[[], bool] | None = None,
+             cache_namespace: str | None = None) -> Generation:
     """POST /generate with temperature 0 and a fixed token count; `deadline` is time.monotonic().
 
     `interrupted()` true (a stop was requested) ends the request within a fraction of a second.
+    `cache_namespace` is sent as SGLang's `extra_key`: the radix (prefix) cache keeps each
+    namespace apart, so the request shares no cached prefix with any other (a cold prefill, as
+    when its golden was recorded) and leaves none for serving traffic. Servers without the field
+    ignore it.
     """
     started = time.monotonic()
     # min=max pins the length: a canary compares a fixed number of tokens, never an early stop.
-    payload = {"text": prompt, "sampling_params": {
+    payload: dict = {"text": prompt, "sampling_params": {
         "max_new_tokens": max_new_tokens, "min_new_tokens": max_new_tokens, "temperature": 0}}
-    status, body, error = request(base_url, "POST", "/generate", payload, deadline, interrupted=interrupted)
+    if cache_namespace:
+        payload["extra_key"] = cache_namespace
+    status, body, error = request(base_url, "POST", "/generate", payload, deadline,
+                                  interrupted=interrupted)
     elapsed = time.monotonic() - started
     if status != 200:
         why = f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}" if status else error

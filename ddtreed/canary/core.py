@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import uuid
 from dataclasses import replace as _replace
 from typing import Any, Callable, Sequence
 
@@ -12,7 +13,8 @@ import structlog
 from ..config import CanaryConfig
 from ..records import ServiceContext
 from . import client
-from .compare import LoopLimit, compare, degenerate_loop, degenerate_repetition, output_tokens
+from .compare import (LoopLimit, best_comparison, compare, degenerate_loop, degenerate_repetition,
+                      output_tokens)
 from .results import (ACCEPTANCE_COLLAPSE, SILENT_CORRUPTION, CanaryResult, GoldenKey,
                       PromptResult)
 
@@ -27,6 +29,14 @@ DEFAULT_PROMPTS = (
 )
 
 
+# Drafts made from the tokens the server has already seen (its own history), not by a draft model:
+# the canary's repeated prompts are in that history, so its acceptance is not comparable from run
+# to run (real 0.5.16 NGRAM: 2.20 on a cold server, 10.67 on the same server a second later).
+HISTORY_DRAFTED = frozenset({"NGRAM", "LOOKAHEAD"})
+
+VARIANT_SEPARATOR = -1  # between golden variants in one stored row (no token id is negative)
+
+
 class CanaryError(RuntimeError):
     """Goldens could not be recorded (the service did not answer, or answered degenerately)."""
 
@@ -37,6 +47,49 @@ def golden_key(context: ServiceContext) -> GoldenKey:
                      context.sglang_version or "")
 
 
+def canary_baseline_key(context: ServiceContext) -> str:
+    """The canary's own acceptance baseline: its prompts, its length, apart from the probe's.
+
+    The verifier's 16-token probe and the serving traffic measure other text (real 0.5.16 NGRAM:
+    probe 1.14, canary 2.20 on the same server), so one baseline for both compares unlike things."""
+    from ..verify import baseline_key as verifier_key
+
+    return "canary:" + verifier_key(context)
+
+
+def judges_acceptance(context: ServiceContext) -> bool:
+    """Speculative decoding with a draft model: the canary's acceptance is comparable run to run."""
+    algorithm = (context.speculative_algorithm or "").upper()
+    return bool(algorithm) and algorithm not in HISTORY_DRAFTED
+
+
+def golden_variants(row: dict[str, Any]) -> list[list[int]]:
+    """Every recorded variant of one golden row (older rows hold exactly one)."""
+    variants: list[list[int]] = [[]]
+    for token in row.get("output_tokens") or []:
+        if token == VARIANT_SEPARATOR:
+            variants.append([])
+        else:
+            variants[-1].append(token)
+    return [variant for variant in variants if variant] or [[]]
+
+
+def pack_variants(variants: Sequence[Sequence[int]]) -> list[int]:
+    packed: list[int] = []
+    for index, variant in enumerate(variants):
+        packed += ([VARIANT_SEPARATOR] if index else []) + list(variant)
+    return packed
+
+
+def distinct(generations: Sequence[client.Generation]) -> list[list[int]]:
+    """The distinct token-id outputs, first seen first."""
+    found: list[list[int]] = []
+    for generation in generations:
+        if generation.ids and generation.ids not in found:
+            found.append(list(generation.ids))
+    return found
+
+
 def validate(config: CanaryConfig) -> None:
     """One ValueError naming the key when a [canary] value cannot work."""
     checks = {"max_new_tokens": config.max_new_tokens > 0, "timeout_s": config.timeout_s > 0,
@@ -44,7 +97,8 @@ def validate(config: CanaryConfig) -> None:
               "interval_s": config.interval_s >= 0, "busy_requests": config.busy_requests > 0,
               "collapse_baseline_fraction": 0 <= config.collapse_baseline_fraction <= 1,
               "degenerate_loop_share": 0 <= config.degenerate_loop_share <= 1,
-              "degenerate_loop_period": config.degenerate_loop_period >= 1}
+              "degenerate_loop_period": config.degenerate_loop_period >= 1,
+              "agree_tokens": config.agree_tokens >= 0, "golden_samples": config.golden_samples >= 1}
     for key, ok in checks.items():
         if not ok:
             raise ValueError(f"canary.{key}: out of range, got {getattr(config, key)!r}")
@@ -61,9 +115,7 @@ class Canary:
                  clock: Callable[[], float] = time.time):
         validate(config)
         if baseline_key is None:
-            from ..verify import baseline_key as verifier_key  # one learned baseline for both
-
-            baseline_key = verifier_key
+            baseline_key = canary_baseline_key
         self.store, self.config, self.clock = store, config, clock
         self.key_from_context, self.baseline_key = key_from_context, baseline_key
 
@@ -80,7 +132,7 @@ class Canary:
                    for prompt, generation in zip(self.prompts, generations)]
         result = self._verdict(key, prompts, context)
         if result.passed:
-            result = self._learn(result, generations, context)
+            result = self._learn(prober, result, generations, context)
         self.store.record_canary_run(*key, passed=result.passed, detail=result.detail,
                                      accept_length=result.accept_length, data=result.to_dict(),
                                      at=result.at)
@@ -90,27 +142,37 @@ class Canary:
         return result
 
     def record(self, prober, context: ServiceContext, trusted: bool = True) -> CanaryResult:
-        """Replace this key's goldens with the service's current outputs (all or nothing)."""
+        """Replace this key's goldens with the service's current outputs (all or nothing).
+
+        Each prompt is sent `golden_samples` times; every distinct output is kept as a variant."""
         key = self.key(prober, context)
-        generations = self._generate_all(prober)
-        for index, (prompt, generation) in enumerate(zip(self.prompts, generations), 1):
-            problem = _unusable(generation, self.config.repetition_limit, loop_limit(self.config))
-            if problem:
-                raise CanaryError(f"prompt {index} ({prompt[:40]!r}): {problem[1]}; no goldens recorded")
+        samples = [self._generate_all(prober) for _ in range(self.config.golden_samples)]
+        for run in samples:
+            for index, (prompt, generation) in enumerate(zip(self.prompts, run), 1):
+                problem = _unusable(generation, self.config.repetition_limit, loop_limit(self.config))
+                if problem:
+                    raise CanaryError(f"prompt {index} ({prompt[:40]!r}): {problem[1]}; "
+                                      "no goldens recorded")
+        generations = samples[0]
         self.store.delete_goldens(*key)
-        for prompt, generation in zip(self.prompts, generations):
-            self.store.save_golden(*key, prompt, generation.ids, generation.text or "",
+        for index, (prompt, generation) in enumerate(zip(self.prompts, generations)):
+            variants = distinct([run[index] for run in samples])
+            self.store.save_golden(*key, prompt, pack_variants(variants), generation.text or "",
                                    trusted=trusted)
-        prompts = tuple(PromptResult(prompt, True, detail="recorded", recorded=True,
-                                     accept_length=g.accept_length, elapsed_s=g.elapsed_s,
-                                     tokens=len(output_tokens(g.ids, g.text)[1]), output_text=g.text)
-                        for prompt, g in zip(self.prompts, generations))
+        prompts = tuple(PromptResult(prompt, True, detail=_recorded_detail(
+                            distinct([run[index] for run in samples]), self.config.golden_samples),
+                                     recorded=True, accept_length=g.accept_length,
+                                     elapsed_s=g.elapsed_s, output_text=g.text,
+                                     output_ids=tuple(g.ids),
+                                     tokens=len(output_tokens(g.ids, g.text)[1]))
+                        for index, (prompt, g) in enumerate(zip(self.prompts, generations)))
         accept = _mean(g.accept_length for g in generations)
-        if accept is not None and context.speculative_algorithm and \
+        if accept is not None and judges_acceptance(context) and \
                 accept > self.config.collapse_accept_length:
             self.store.add_accept_sample(self.baseline_key(context), accept)
         log.info("canary.recorded", goldens=len(prompts), trusted=trusted, model=key.model,
-                 draft_model=key.draft_model, sglang_version=key.sglang_version)
+                 draft_model=key.draft_model, sglang_version=key.sglang_version,
+                 samples=self.config.golden_samples)
         return CanaryResult(True, None, f"recorded {len(prompts)} golden outputs"
                             f" ({'trusted' if trusted else 'untrusted'})", key, prompts,
                             accept_length=accept, recorded=len(prompts), at=self.clock())
@@ -127,16 +189,21 @@ class Canary:
 
     # ---- stages ----
 
-    def _generate_all(self, prober) -> list[client.Generation]:
+    def _generate_all(self, prober, prompts: Sequence[str] | None = None) -> list[client.Generation]:
         deadline = time.monotonic() + self.config.timeout_s  # one budget for all prompts
         interrupted = getattr(prober, "interrupted", None)  # a stop request ends the run
-        return [client.generate(prober.base_url, prompt, self.config.max_new_tokens, deadline, interrupted)
-                for prompt in self.prompts]
+        return [client.generate(prober.base_url, prompt, self.config.max_new_tokens, deadline,
+                                interrupted, self._namespace())
+                for prompt in (self.prompts if prompts is None else prompts)]
+
+    def _namespace(self) -> str | None:
+        """A prefix-cache namespace of its own for one request (`isolate_cache`), else None."""
+        return f"ddtreed-canary-{uuid.uuid4().hex}" if self.config.isolate_cache else None
 
     def _judge(self, prompt: str, generation: client.Generation,
                golden: dict[str, Any] | None) -> PromptResult:
         common = dict(accept_length=generation.accept_length, elapsed_s=generation.elapsed_s,
-                      output_text=generation.text)
+                      output_text=generation.text, output_ids=tuple(generation.ids))
         if generation.error:
             return PromptResult(prompt, False, "error", generation.error, **common)
         if golden is None:
@@ -144,9 +211,11 @@ class Canary:
                                         loop_limit(self.config)) or (None, "no golden yet")
             tokens = output_tokens(generation.ids, generation.text)[1]
             return PromptResult(prompt, problem is None, problem, detail, tokens=len(tokens), **common)
-        found = compare(golden["output_tokens"], golden["output_text"] or "", generation.ids,
-                        generation.text, self.config.max_divergent_tokens,
-                        self.config.repetition_limit, loop_limit(self.config))
+        found = best_comparison([
+            compare(variant, golden["output_text"] or "", generation.ids, generation.text,
+                    self.config.max_divergent_tokens, self.config.repetition_limit,
+                    loop_limit(self.config), self.config.agree_tokens)
+            for variant in golden_variants(golden)])
         return PromptResult(prompt, found.problem is None, found.problem, found.describe(),
                             compared_as=found.compared_as, first_divergence=found.first_divergence,
                             divergent=found.divergent, tokens=found.length,
@@ -171,16 +240,22 @@ class Canary:
             return CanaryResult(False, ACCEPTANCE_COLLAPSE, collapse, key, tuple(prompts), accept,
                                 baseline, at=at)
         compared = sum(1 for p in prompts if p.compared_as)
+        varied = sum(1 for p in prompts if p.compared_as and p.first_divergence is not None)
         # A first run has nothing to compare with: say so, never "0 of 4 match" (reads as a failure).
         detail = (f"{compared} of {len(prompts)} outputs match their goldens" if compared else
                   f"no goldens yet for these {len(prompts)} prompts") + (
-            f", accept length {accept:.2f}" if accept is not None else "")
+            f" ({varied} past the first {self.config.agree_tokens} tokens only)" if varied else "") + (
+            f", accept length {accept:.2f}" if accept is not None else "") + (
+            f" (not judged: {context.speculative_algorithm} drafts from served history)"
+            if accept is not None and context.speculative_algorithm
+            and not judges_acceptance(context) else "")
         return CanaryResult(True, None, detail, key, tuple(prompts), accept, baseline, at=at)
 
     def _collapse(self, accept: float | None, baseline: float | None,
                   context: ServiceContext) -> str | None:
-        """Why acceptance counts as collapsed, or None (no speculation: nothing to collapse)."""
-        if accept is None or not context.speculative_algorithm:
+        """Why acceptance counts as collapsed, or None (no speculation: nothing to collapse; drafts
+        from the server's history, as NGRAM's: not comparable from run to run)."""
+        if accept is None or not judges_acceptance(context):
             return None
         floor = self.config.collapse_accept_length
         if accept <= floor:
@@ -192,17 +267,30 @@ class Canary:
                     f"(below {share:.0%} of it)")
         return None
 
-    def _learn(self, result: CanaryResult, generations: Sequence[client.Generation],
+    def _learn(self, prober, result: CanaryResult, generations: Sequence[client.Generation],
                context: ServiceContext) -> CanaryResult:
-        """A passing run: its new prompts' outputs become (untrusted) goldens; acceptance a sample."""
+        """A passing run: its new prompts' outputs become (untrusted) goldens, each prompt sent
+        `golden_samples` times in all; acceptance becomes a sample of the canary's baseline."""
         prompts, recorded = list(result.prompts), 0
-        for index, (prompt, generation) in enumerate(zip(prompts, generations)):
-            if prompt.compared_as is None:
-                self.store.save_golden(*result.key, prompt.prompt, generation.ids,
-                                       generation.text or "", trusted=False)
-                prompts[index] = _replace(prompt, recorded=True, detail="recorded as golden")
-                recorded += 1
-        if result.accept_length is not None and context.speculative_algorithm:
+        new = [index for index, prompt in enumerate(prompts) if prompt.compared_as is None]
+        extra = [self._generate_all(prober, [prompts[i].prompt for i in new])
+                 for _ in range(self.config.golden_samples - 1)] if new else []
+        for column, index in enumerate(new):
+            prompt, generation = prompts[index], generations[index]
+            samples = [generation] + [run[column] for run in extra]
+            unusable = next((problem for problem in (_unusable(sample, self.config.repetition_limit,
+                                                              loop_limit(self.config))
+                                                     for sample in samples[1:]) if problem), None)
+            if unusable:  # a later sample failed: record nothing for it, try again next run
+                prompts[index] = _replace(prompt, detail=f"not recorded: a repeat gave {unusable[1]}")
+                continue
+            variants = distinct(samples) or [list(generation.ids)]
+            self.store.save_golden(*result.key, prompt.prompt, pack_variants(variants),
+                                   generation.text or "", trusted=False)
+            prompts[index] = _replace(prompt, recorded=True, detail="recorded as golden" + (
+                f" ({len(variants)} variants in {len(samples)} runs)" if len(variants) > 1 else ""))
+            recorded += 1
+        if result.accept_length is not None and judges_acceptance(context):
             self.store.add_accept_sample(self.baseline_key(context), result.accept_length)
         detail = result.detail + (f"; recorded {recorded} new golden outputs" if recorded else "")
         return _replace(result, prompts=tuple(prompts), recorded=recorded, detail=detail)
@@ -228,6 +316,10 @@ def _unusable(generation: client.Generation, repetition_limit: int,
     if looped is not None:
         return "repetition", f"degenerate repetition of {' '.join(map(str, looped))!r}"
     return None
+
+
+def _recorded_detail(variants: Sequence[Sequence[int]], samples: int) -> str:
+    return "recorded" + (f" ({len(variants)} variants in {samples} runs)" if len(variants) > 1 else "")
 
 
 def _mean(values) -> float | None:

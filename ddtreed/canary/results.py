@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, NamedTuple
 
 from ..records import Crash
@@ -34,6 +34,7 @@ class PromptResult:
     golden_tokens: int = 0
     diff: tuple[str, ...] = ()
     output_text: str | None = None
+    output_ids: tuple[int, ...] = ()  # the whole answer, so a stored run is evidence on its own
     recorded: bool = False  # this output became the golden (first healthy run)
 
 
@@ -69,11 +70,16 @@ class CanaryResult:
 
 
 def result_from_dict(data: dict[str, Any]) -> CanaryResult:
-    """The inverse of `to_dict` (for `canary status` reading a stored run)."""
-    prompts = tuple(PromptResult(**{**p, "diff": tuple(p.get("diff") or ())})
+    """The inverse of `to_dict` (for `canary status` reading a stored run). Keys this version does
+    not know (a run stored by a newer ddtreed) are left out, never an error."""
+    prompt_fields = {f.name for f in fields(PromptResult)}
+    prompts = tuple(PromptResult(**{**{k: v for k, v in p.items() if k in prompt_fields},
+                                    "diff": tuple(p.get("diff") or ()),
+                                    "output_ids": tuple(p.get("output_ids") or ())})
                     for p in data.get("prompts") or ())
-    fields = {k: v for k, v in data.items() if k not in ("key", "prompts")}
-    return CanaryResult(**{**fields, "key": GoldenKey(**data["key"]), "prompts": prompts})
+    known = {f.name for f in fields(CanaryResult)} - {"key", "prompts"}
+    rest = {k: v for k, v in data.items() if k in known}
+    return CanaryResult(**{**rest, "key": GoldenKey(**data["key"]), "prompts": prompts})
 
 
 def canary_crash(result: CanaryResult) -> Crash:

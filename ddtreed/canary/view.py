@@ -29,7 +29,9 @@ def render(result: CanaryResult, goldens: list[dict[str, Any]] | None = None) ->
                      f"{_short(prompt.prompt)}: {prompt.detail}")
     diverged = result.first_divergence
     if diverged is not None:
-        lines.append(f"  first divergence (prompt {result.prompts.index(diverged) + 1}, "
+        # A passing prompt may differ past the agreement window: variation, not a divergence.
+        what = "first divergence" if not diverged.passed else "first variation (tolerated)"
+        lines.append(f"  {what} (prompt {result.prompts.index(diverged) + 1}, "
                      f"token {diverged.first_divergence + 1}, compared as {diverged.compared_as}):")
         lines.extend(f"    {line}" for line in diverged.diff)
     return "\n".join(lines)
