@@ -21,6 +21,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import structlog
 
@@ -424,3 +425,53 @@ def _safe_url(url: str) -> str:
             netloc += f":{parts.port}"
         parts = parts._replace(netloc=netloc)
     return urllib.parse.urlunsplit(parts._replace(query=""))  # tokens often ride in the query
+
+
+DRAIN_STOP_S = 2.0  # at a stop, pending notifications get this long (a prompt SIGTERM)
+DRAIN_GAVE_UP_S = 30.0  # at a give-up, the person must hear of it before ddtreed exits
+
+
+class IncidentHooks:
+    """The [notify] hooks as the loop uses them: tell a person about an incident, and store each
+    finished delivery as a step of its incident (on the loop thread, the store's one writer)."""
+
+    def __init__(self, settings: object, store: Any):
+        self.settings, self.store = settings, store
+        self.hooks = Hooks.from_config(settings)
+
+    def tell(self, event: str, incident_id: int | None, extra: dict | None = None) -> None:
+        """Run the hooks for `event` about this incident; never blocks (a worker delivers)."""
+        if not self.hooks.configured:
+            return
+        try:
+            incident = self.store.get(incident_id) if incident_id is not None else {}
+        except (KeyError, ValueError, OSError) as error:
+            log.warning("notify.incident_unreadable", incident_id=incident_id, error=str(error))
+            incident = {"id": incident_id}
+        self.hooks.send(incident_notification(event, incident, extra=extra))
+
+    def record(self, hooks: Hooks | None = None) -> None:
+        """Store finished deliveries as incident steps."""
+        for done in (hooks or self.hooks).completed():
+            if isinstance(done.incident_id, int):
+                try:
+                    self.store.add_step(done.incident_id, *delivery_step(done))
+                except (KeyError, ValueError) as error:  # the incident was pruned meanwhile
+                    log.warning("notify.record_lost", incident_id=done.incident_id, error=str(error))
+
+    def gave_up(self, incident_id: int | None) -> None:
+        """The restart budget is spent: tell a person, and give the delivery time before the exit."""
+        self.tell("gave-up", incident_id, {"reason": "the restart budget is spent; the service stays down"})
+        self.hooks.wait_idle(DRAIN_GAVE_UP_S)
+
+    def reconfigure(self, settings: object, drain_s: float = DRAIN_STOP_S) -> None:
+        """A reload: new hooks from now on when the settings changed; the old ones finish first."""
+        if settings == self.settings:
+            return
+        old, self.settings, self.hooks = self.hooks, settings, Hooks.from_config(settings)
+        old.close(drain_s)
+        self.record(old)
+
+    def close(self, drain_s: float = DRAIN_STOP_S) -> None:
+        self.hooks.close(drain_s)
+        self.record()
