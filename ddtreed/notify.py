@@ -101,7 +101,7 @@ class Notifier:
         try:
             if self._socket is None:
                 self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-            self._socket.sendto(message, _socket_address(self.address))
+            self._socket.sendto(message, _socket_address(self.address or ""))
         except OSError as error:
             log.debug("sd_notify_failed", address=self.address, error=str(error),
                       message=assignments[0])
@@ -186,7 +186,8 @@ def incident_notification(event: str, incident: Mapping[str, object], host: str 
     summary.update(extra or {})
     diagnosis = {key: incident.get(key) for key in _DIAGNOSIS_KEYS if key in incident}
     lines: list[str] = []
-    for crash in incident.get("tracebacks") or ():
+    tracebacks = incident.get("tracebacks")
+    for crash in tracebacks if isinstance(tracebacks, (list, tuple)) else ():
         if isinstance(crash, Mapping):
             lines += [str(line) for line in crash.get("excerpt") or ()]
     return notification(event, summary, diagnosis, lines, host=host)
@@ -368,7 +369,7 @@ class Hooks:
 
     def _post(self, body: bytes) -> tuple[bool, int | None, str | None, str]:
         # urllib on purpose: a webhook is outside, so the site's proxy settings apply to it.
-        call = urllib.request.Request(self.webhook, data=body, method="POST", headers={
+        call = urllib.request.Request(self.webhook or "", data=body, method="POST", headers={
             "Content-Type": "application/json", "User-Agent": "ddtreed"})
         try:
             with urllib.request.urlopen(call, timeout=self.timeout_s) as answer:

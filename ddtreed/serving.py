@@ -33,7 +33,7 @@ from typing import Any, Callable
 import structlog
 
 from .canary import canary_crash
-from .records import Crash, LogChunk
+from .records import Crash, HealthResult, LogChunk
 
 log = structlog.get_logger(__name__)
 
@@ -156,7 +156,7 @@ class ServingWatch:
         self._low: list[str] = []
         self._reported: set[str] = set()
         self._probe: threading.Thread | None = None
-        self._result = None
+        self._result: HealthResult | None = None
         self.last_decode: DecodeStats | None = None
         self.decode_accept: float | None = None  # the latest decode line's accept length
 
@@ -245,8 +245,6 @@ class ServingWatch:
             try:
                 self._result = self.prober.health(deadline)
             except Exception as error:  # noqa: BLE001 - a probe's failure is a failed probe
-                from .records import HealthResult
-
                 self._result = HealthResult(ok=False, stage="health", detail=f"probe error: {error}")
 
         self._probe = threading.Thread(target=probe, name="ddtreed-serving-probe", daemon=True)
