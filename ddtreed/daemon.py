@@ -9,44 +9,33 @@ subscribers; the demo and tests stop it by `request_stop()`, which enqueues like
 
 from __future__ import annotations
 
-import json
-import queue
 import signal
-from dataclasses import replace
 from typing import Callable
 
 import structlog
 
-from .canary import canary_crash
-from .config import Config, ConfigError
+from .config import Config
 from .health import Prober
 from .host import Host
 from .incidents import Store
 from .incident_path import check_canary, give_up, handle_crash, observed, probe_crash
-from .lifecycle import Lifecycle, Stopping
+from .lifecycle import EXIT_GAVE_UP, EXIT_OK, Lifecycle, SignalQueue, Stopping
 from .metrics import start_metrics
-from .notify import Hooks, Notifier, delivery_step, incident_notification
+from .notify import IncidentHooks, Notifier
 from .preflight_gate import confirm, run_gate
 from .records import Application, Crash, ExitStatus, Healthy, ServiceContext, Verdict
 from .recovery import previous_record, recover, verified_launch
 from .remediation import Attempt, Launch, attempt, revert
 from .service_run import ServiceRun
-from .status import StatusBoard
-from .serving import EVIDENCE_PREFIX, UNHEALTHY, ServingWatch, hang_evidence, settings_from
+from .progress import StartupReport
+from .status import StatusBoard, canary_status
+from .serving import periodic_check, serving_crash, watch_service
 from .verify import baseline_key, flatten, verify
-from .wiring import Wiring, build, rebuild, reload_config, service_context
+from .wiring import Wiring, build, prober_for, reload, reloaded_launch, service_context
 
 log = structlog.get_logger(__name__)
 
-EXIT_OK = 0
-# The restart budget is spent. 75 is EX_TEMPFAIL of sysexits(3): `systemctl status` shows
-# `status=75/TEMPFAIL`, not an LSB word (3 reads NOTIMPLEMENTED there), and it is what happened:
-# the failure may pass (a GPU reset, freed memory), but a person decides when to retry. The units
-# keep systemd from retrying behind the budget's back: RestartPreventExitStatus=2 75.
-EXIT_GAVE_UP = 75
 TURN_S = 0.2  # the longest the loop goes without answering signals and the watchdog
-HOOKS_DRAIN_STOP_S = 2.0  # at a stop, pending notifications get this long (a prompt SIGTERM)
-HOOKS_DRAIN_GAVE_UP_S = 30.0  # at a give-up, the person must hear of it before ddtreed exits
 
 
 class Daemon:
@@ -58,7 +47,7 @@ class Daemon:
         self.store.wait = self.wait  # ...answering signals and the watchdog while it waits
         # unset: the SGLang tree must not inherit NOTIFY_SOCKET / WATCHDOG_* and talk to systemd
         self.notifier = notifier or Notifier.from_environment(unset=True)
-        self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self.signals = SignalQueue()  # handlers only enqueue; `_turn` acts
         self.launch = Launch(list(config.service.argv), dict(config.service.env))
         self.launch.adopt(verified_launch(self.engine))  # a verified flag/env fix outlives ddtreed
         self.previous = previous_record(config.paths.state_dir)  # before our own record overwrites it
@@ -67,8 +56,8 @@ class Daemon:
         self.service: ServiceRun | None = None
         self.context: ServiceContext = service_context(self.wiring, self.launch.argv)
         self.metrics = None
-        self.hooks = Hooks.from_config(config.notify)  # a person is told on escalation, give-up, …
-        self._stop_asked = False  # a SIGTERM/SIGINT is queued: probes end early
+        self.hooks = IncidentHooks(config.notify, self.store)  # a person is told on escalation, give-up, …
+        self.report = StartupReport(self.publish, self.lifecycle)
         self.reloads = 0  # SIGHUPs handled; a blocked launch waits for the next one
         self.prevented_pending: list[int] = []  # preflight incidents awaiting a healthy start
         self.gave_up = ""  # why the restart budget ran out: the daemon then ends `gave-up`, not `stopped`
@@ -93,46 +82,21 @@ class Daemon:
 
     def request_stop(self) -> None:
         """Stop as SIGTERM would: safe from any thread or from a subscriber."""
-        self._signal(signal.SIGTERM)
+        self.signals.put(signal.SIGTERM)
 
     def install_signal_handlers(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
-            signal.signal(signum, lambda number, _frame: self._signal(number))
-
-    def _signal(self, signum: int) -> None:
-        if signum in (signal.SIGTERM, signal.SIGINT):
-            self._stop_asked = True
-        self.signals.put(signum)
+        self.signals.install()
 
     def stop_asked(self) -> bool:
         """A stop is queued: an HTTP probe or canary request in flight gives up at once."""
-        return self._stop_asked
+        return self.signals.stop_asked
 
     def prober(self) -> Prober:
-        prober = self.wiring.prober(self.host.http_base_url(self.config.service.host, self.context.port))
-        if isinstance(prober, Prober):
-            prober.interrupted = self.stop_asked
-        return prober
+        return prober_for(self.wiring, self.context.port, self.stop_asked)
 
     def notify_person(self, event: str, incident_id: int | None, extra: dict | None = None) -> None:
         """Run the [notify] hooks for `event` about this incident; never blocks (a worker delivers)."""
-        if not self.hooks.configured:
-            return
-        try:
-            incident = self.store.get(incident_id) if incident_id is not None else {}
-        except (KeyError, ValueError, OSError) as error:
-            log.warning("notify.incident_unreadable", incident_id=incident_id, error=str(error))
-            incident = {"id": incident_id}
-        self.hooks.send(incident_notification(event, incident, extra=extra))
-
-    def _record_deliveries(self, hooks: Hooks | None = None) -> None:
-        """Store finished hook deliveries as incident steps (on the loop thread: one writer)."""
-        for record in (hooks or self.hooks).completed():
-            if isinstance(record.incident_id, int):
-                try:
-                    self.store.add_step(record.incident_id, *delivery_step(record))
-                except (KeyError, ValueError) as error:  # the incident was pruned meanwhile
-                    log.warning("notify.record_lost", incident_id=record.incident_id, error=str(error))
+        self.hooks.tell(event, incident_id, extra)
 
     def attempt(self, remediation_id: str, incident_id: int | None,
                 verify_with: Callable[[], Verdict] | None = None) -> Attempt:
@@ -145,29 +109,17 @@ class Daemon:
         return result
 
     def revert(self, application: Application, incident_id: int | None = None) -> bool:
-        done = revert(application, engine=self.engine, store=self.store, launch=self.launch,
-                      incident_id=incident_id)
+        done = revert(application, engine=self.engine, store=self.store, launch=self.launch, incident_id=incident_id)
         self.refresh_context()
         return done
 
-    def trial(self) -> Verdict:
-        """Start the service as launched now, verify it like a fix (window included), stop it."""
-        try:
-            if not self.start_service():
-                return Verdict(False, "restart budget spent")
-            self.lifecycle.enter("verifying", "trial: verifying")
-            return self.verify_start(window=True)
-        except Stopping:
-            return Verdict(False, "stopped before the trial finished (timeout or signal)")
-        finally:
-            self.stop_service("trial over")
-
-    # ---- the loop ------------------------------------------------------------------------------
+    # ---- the loop and its transitions ---------------------------------------------------------
 
     def run(self) -> int:
         """Supervise until a stop (exit 0) or until the restart budget is spent (exit 75)."""
         self.notifier.ready(status="ddtreed up; launching the service")  # systemd must not wait for a 10-minute load
-        self.metrics = start_metrics(self.config.metrics.listen, self._metrics_snapshot)
+        self.metrics = start_metrics(self.config.metrics.listen,  # the store in use: never retries or sleeps
+                                     lambda: (self.board.current, self.store.current.counts()))
         recover(self.engine, self.store, self.host, self.config.paths.state_dir, self.previous, self.context.port)
         code = EXIT_GAVE_UP  # unless a stop ends it: the last state says which (stopped / gave-up)
         try:
@@ -180,9 +132,7 @@ class Daemon:
                 self._emit(outcome)
                 self._turn()  # a stop asked for by a subscriber comes before any relaunch
                 if outcome.status != "resolved" and not self._relaunch():  # resolved: it runs fixed
-                    self.notify_person("gave-up", outcome.incident_id,
-                                       {"reason": "the restart budget is spent; the service stays down"})
-                    self.hooks.wait_idle(HOOKS_DRAIN_GAVE_UP_S)
+                    self.hooks.gave_up(outcome.incident_id)
                     return EXIT_GAVE_UP
         except Stopping:
             code = EXIT_OK
@@ -201,8 +151,8 @@ class Daemon:
         return self._watch()
 
     def _watch(self) -> tuple[tuple[Crash, ...], ExitStatus | None]:
-        periodic = self.wiring.periodic_canary
-        watch = self._serving_watch()
+        watch = watch_service(self.service, self.config.probe, self.prober(), clock=self.clock,
+                              baseline=self.store.baseline(baseline_key(self.context)), on_ok=self.serving_probe_passed)
         while True:
             groups = self.service.pump(TURN_S)
             if groups and not observed(self, flatten(groups)):  # observed: a live server's handled error
@@ -210,17 +160,10 @@ class Daemon:
             exit_status = self.service.poll()
             if exit_status is not None:
                 return self.service.drain(), exit_status
-            events, self.service.serving_events = self.service.serving_events + watch.tick(), []
-            if events:  # hung, eager fallback, collapse: an incident with its evidence
-                return (self._serving_crash(events[0]),), None
-            if periodic is not None and periodic.due():
-                result = periodic.run_if_due(self.prober(), self.context)
-                if result is not None:
-                    self.show_canary(result)
-                    if result.category is not None:  # silent corruption or collapse: an incident
-                        return (canary_crash(result),), None
-                    if result.passed:
-                        self.serving_probe_passed()
+            crash = serving_crash(self.service, watch, self.host.local) or periodic_check(
+                self.wiring.periodic_canary, self.prober, self.context, self.show_canary, self.serving_probe_passed)
+            if crash is not None:  # hung, eager fallback, collapse, a failed canary: an incident
+                return (crash,), None
 
     def serving_probe_passed(self) -> None:
         """A probe of the serving service passed: the status board and /metrics show it now."""
@@ -229,31 +172,9 @@ class Daemon:
         if self.metrics is not None:
             self.metrics.healthy_probe(now)
 
-    def _serving_watch(self) -> ServingWatch:
-        """The serving watch of this verified launch: probes, decode lines (ddtreed/serving.py)."""
-        watch = ServingWatch(settings_from(self.config.probe), self.prober(),
-                             captured_graphs=self.service.milestones.captured_graphs,
-                             baseline=self.store.baseline(baseline_key(self.context)),
-                             clock=self.clock.monotonic, wall=self.clock.time,
-                             on_ok=self.serving_probe_passed)
-        self.service.serving, self.service.serving_events = watch, []
-        return watch
-
-    def _serving_crash(self, event) -> Crash:
-        """The event as a crash; a hung service's stacks and GPU state are captured first."""
-        crash = event.crash()
-        log.error("serving.incident", kind=event.kind, detail=event.detail)
-        pid = self.service.pid
-        if event.kind == UNHEALTHY and pid is not None and self.host.local:
-            evidence = hang_evidence(pid)
-            crash = replace(crash, context=crash.context + (
-                EVIDENCE_PREFIX + json.dumps(evidence, default=str)[:60000],))
-        return crash
-
     def verify_start(self, window: bool, on_healthy: Callable[[Verdict], None] | None = None) -> Verdict:
-        """Verify the service just started (the window too when `window`), then the output canary.
-
-        `on_healthy` is called the moment the probes pass (before the window)."""
+        """Verify the service just started (the window too), then the output canary; `on_healthy`
+        is called the moment the probes pass (before the window)."""
         canary = (lambda verdict: check_canary(self, verdict)) if self.wiring.canary is not None else None
 
         def passed(verdict: Verdict) -> None:
@@ -263,15 +184,9 @@ class Daemon:
 
         try:
             return verify(self.service, self.prober(), self.clock, self.config.probe, self.context, self.store,
-                          window=window, canary=canary, report=self._report_progress, on_healthy=passed)
+                          window=window, canary=canary, report=self.report, on_healthy=passed)
         finally:
             self.publish(progress=None)
-
-    def _report_progress(self, shown: dict) -> None:
-        """Startup progress and the recurrence watch: the status snapshot, systemd's STATUS=."""
-        self.publish(progress=shown)
-        if self.lifecycle.state in ("starting", "verifying"):
-            self.lifecycle.enter(self.lifecycle.state, shown["text"])
 
     def healthy(self, verdict: Verdict) -> None:
         """The service passed verification: publish it, enter `running`, emit `Healthy`."""
@@ -280,19 +195,14 @@ class Daemon:
         self.lifecycle.enter("running", "serving" + (f", accept len {accept:.2f}" if accept is not None else ""))
         self._emit(Healthy(verdict))
 
-    # ---- verification and the service's lifecycle ------------------------------------------------
-
     def _relaunch(self) -> bool:
         """(Re)start under the restart budget; False (gave up) when it is spent."""
         if self.start_service():
             return True
-        policy = self.config.policy
-        reason = (f"restart budget spent: {self.budget.starts_in_window} starts in "
-                  f"{policy.restart_window_s:g} s (policy.max_restarts = {policy.max_restarts})")
+        self.gave_up = reason = self.budget.spent_reason()
         give_up(self, self.last_incident_id, reason)
-        self.gave_up = reason
         self.lifecycle.enter("escalated", f"gave up: {reason}; the service stays stopped, a person must look")
-        log.error("restart_budget_spent", max_restarts=policy.max_restarts, incident_id=self.last_incident_id,
+        log.error("restart_budget_spent", max_restarts=self.budget.max_restarts, incident_id=self.last_incident_id,
                   hint="fix the cause, then restart ddtreed (systemctl restart); exit code 75")
         return False
 
@@ -310,11 +220,8 @@ class Daemon:
         if self.service is not None:
             self.service.close()
         self.service = ServiceRun(self.host, self.config, self.launch.argv, self.launch.env, self.clock,
-                                  on_turn=self._turn, on_progress=self._progress)
-        pid = self.service.start()
-        restarts = self.board.current.restarts + (1 if self.board.current.service_started_at else 0)
-        self.publish(service_pid=pid, service_started_at=self.clock.time(), restarts=restarts,
-                      service_token=self.service.token)
+                                  on_turn=self._turn, on_progress=self.report.text)
+        self.board.service_started(self.service.start(), self.service.token, self.clock.time())
         self.lifecycle.enter("starting", "service starting")
         return True
 
@@ -332,31 +239,25 @@ class Daemon:
             self.lifecycle.enter("stopping", "stopping the service")
             self.stop_service("ddtreed stopping", final=True)
         finally:
-            self.hooks.close(HOOKS_DRAIN_STOP_S)
-            self._record_deliveries()
+            self.hooks.close()
             for resource in (self.service, self.metrics, self.host):  # an SshHost holds a connection, a tunnel
                 if resource is not None:
                     resource.close()
-            if final_state == "gave-up":
-                self.lifecycle.enter("gave-up", self.gave_up or "gave up: the restart budget is spent")
-            else:
-                self.lifecycle.enter("stopped", "stopped")
-
-    # ---- turns and waits: signals, watchdog ------------------------------------------------------
+            gave_up = self.gave_up or "gave up: the restart budget is spent"
+            self.lifecycle.enter(final_state, gave_up if final_state == "gave-up" else "stopped")
 
     def _turn(self) -> None:
         """Between steps: act on queued signals (a stop raises Stopping), ping the watchdog."""
-        while not self.signals.empty():
-            signum = self.signals.get()
+        for signum in self.signals.pending():
             if signum in (signal.SIGTERM, signal.SIGINT):
                 log.info("stop_requested", signal=signal.Signals(signum).name)
                 raise Stopping()
             if signum == signal.SIGHUP:
                 self.reload()
             elif signum == signal.SIGUSR1:
-                log.info("state_dump", **self.board.current.to_dict(), argv=self.launch.argv,
+                log.info("state_dump", **self.board.current.to_dict(), argv=self.launch.argv,  # SIGUSR1
                          budget_starts=self.budget.starts_in_window, states=self.lifecycle.history[-20:])
-        self._record_deliveries()
+        self.hooks.record()
         self.notifier.watchdog()
 
     def wait(self, seconds: float, condition: Callable[[], bool] = lambda: False) -> None:
@@ -369,23 +270,11 @@ class Daemon:
     def reload(self) -> None:
         """SIGHUP: rebuild the wiring from the config file; a bad new file keeps the old one."""
         self.notifier.reloading()
-        before_notify = self.config.notify
-        try:
-            config = reload_config(self.config)
-            wiring = rebuild(self.wiring, config)
-        except (ConfigError, ValueError, OSError) as error:
-            log.error("reload_rejected", error=str(error),
-                      hint="the previous config, rules and remediations stay in use")
-        else:
-            before = self.config.service
-            self.wiring = wiring
-            if config.notify != before_notify:  # new hooks from now on; the old ones finish first
-                old, self.hooks = self.hooks, Hooks.from_config(config.notify)
-                old.close(HOOKS_DRAIN_STOP_S)
-                self._record_deliveries(old)
-            if (config.service.argv, config.service.env) != (before.argv, before.env):  # the operator's new launch
-                self.launch = Launch(list(config.service.argv), dict(config.service.env))
-                log.info("launch_reloaded", argv=self.launch.argv, hint="used from the next (re)start")
+        wiring = reload(self.wiring)
+        if wiring is not None:
+            before, self.wiring = self.config, wiring
+            self.hooks.reconfigure(wiring.config.notify)  # the old hooks finish first
+            self.launch = reloaded_launch(before, wiring.config) or self.launch  # used from the next (re)start
             log.info("reloaded", rules=len(wiring.rules), remediations=len(list(wiring.catalog)))
         self.reloads += 1
         self.notifier.ready()
@@ -398,13 +287,8 @@ class Daemon:
         where = "preflight" if self.lifecycle.state == "preflight" else f"incident {incident_id}"
         self.lifecycle.enter("remediating", f"{where}: applying {remediation_id}")
 
-    def _progress(self, text: str) -> None:
-        if self.lifecycle.state in ("starting", "verifying"):
-            self.lifecycle.enter(self.lifecycle.state, text)
-
     def show_canary(self, result) -> None:
-        self.publish(canary={"last_run_at": result.at, "passed": result.passed, "detail": result.detail,
-                             "accept_length": result.accept_length})  # apart from the probe's
+        self.publish(canary=canary_status(result))
 
     def refresh_context(self) -> ServiceContext:
         self.context = service_context(self.wiring, self.launch.argv)  # the launch moved (fix, revert)
@@ -413,7 +297,3 @@ class Daemon:
     def publish(self, **changes) -> None:
         """Update the status snapshot (daemon-state.json, systemd STATUS=)."""
         self.board.publish(**changes)
-
-    def _metrics_snapshot(self):
-        return self.board.current, self.store.current.counts()  # the metrics thread never retries or sleeps
-

@@ -7,9 +7,18 @@ Re-entering the current state only updates its text (startup progress, for examp
 
 from __future__ import annotations
 
-from typing import Callable
+import queue
+import signal
+from typing import Callable, Iterator
 
 from .records import DAEMON_STATES, checked
+
+EXIT_OK = 0
+# The restart budget is spent. 75 is EX_TEMPFAIL of sysexits(3): `systemctl status` shows
+# `status=75/TEMPFAIL`, not an LSB word (3 reads NOTIMPLEMENTED there), and it is what happened:
+# the failure may pass (a GPU reset, freed memory), but a person decides when to retry. The units
+# keep systemd from retrying behind the budget's back: RestartPreventExitStatus=2 75.
+EXIT_GAVE_UP = 75
 
 # from-state -> the states it may go to (besides itself, and besides `stopping`, always allowed)
 TRANSITIONS: dict[str, frozenset[str]] = {
@@ -62,3 +71,28 @@ class Lifecycle:
         self.state = state
         self._publish(state, text)
 
+
+
+class SignalQueue:
+    """Signal handlers only enqueue (as gunicorn's arbiter does); the loop acts between steps."""
+
+    HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+    STOP = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self.stop_asked = False  # a SIGTERM/SIGINT is queued: probes in flight end early
+
+    def put(self, signum: int) -> None:
+        """Safe from a signal handler and from any thread."""
+        if signum in self.STOP:
+            self.stop_asked = True
+        self._queue.put(signum)
+
+    def install(self) -> None:
+        for signum in self.HANDLED:
+            signal.signal(signum, lambda number, _frame: self.put(number))
+
+    def pending(self) -> Iterator[int]:
+        while not self._queue.empty():
+            yield self._queue.get()

@@ -21,6 +21,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import structlog
 
@@ -103,7 +104,7 @@ class Notifier:
                 self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
             # Never wait: a manager that is not reading (its queue of datagrams full) must not
             # stop the main loop; the message is dropped instead (the next ping follows soon).
-            self._socket.sendto(message, socket.MSG_DONTWAIT, _socket_address(self.address))
+            self._socket.sendto(message, socket.MSG_DONTWAIT, _socket_address(self.address or ""))
         except BlockingIOError:
             if not self._dropping:  # once per spell, not once a second
                 log.warning("sd_notify_dropped", address=self.address, message=assignments[0],
@@ -195,7 +196,8 @@ def incident_notification(event: str, incident: Mapping[str, object], host: str 
     summary.update(extra or {})
     diagnosis = {key: incident.get(key) for key in _DIAGNOSIS_KEYS if key in incident}
     lines: list[str] = []
-    for crash in incident.get("tracebacks") or ():
+    tracebacks = incident.get("tracebacks")
+    for crash in tracebacks if isinstance(tracebacks, (list, tuple)) else ():
         if isinstance(crash, Mapping):
             lines += [str(line) for line in crash.get("excerpt") or ()]
     return notification(event, summary, diagnosis, lines, host=host)
@@ -377,7 +379,7 @@ class Hooks:
 
     def _post(self, body: bytes) -> tuple[bool, int | None, str | None, str]:
         # urllib on purpose: a webhook is outside, so the site's proxy settings apply to it.
-        call = urllib.request.Request(self.webhook, data=body, method="POST", headers={
+        call = urllib.request.Request(self.webhook or "", data=body, method="POST", headers={
             "Content-Type": "application/json", "User-Agent": "ddtreed"})
         try:
             with urllib.request.urlopen(call, timeout=self.timeout_s) as answer:
@@ -434,3 +436,53 @@ def _safe_url(url: str) -> str:
             netloc += f":{parts.port}"
         parts = parts._replace(netloc=netloc)
     return urllib.parse.urlunsplit(parts._replace(query=""))  # tokens often ride in the query
+
+
+DRAIN_STOP_S = 2.0  # at a stop, pending notifications get this long (a prompt SIGTERM)
+DRAIN_GAVE_UP_S = 30.0  # at a give-up, the person must hear of it before ddtreed exits
+
+
+class IncidentHooks:
+    """The [notify] hooks as the loop uses them: tell a person about an incident, and store each
+    finished delivery as a step of its incident (on the loop thread, the store's one writer)."""
+
+    def __init__(self, settings: object, store: Any):
+        self.settings, self.store = settings, store
+        self.hooks = Hooks.from_config(settings)
+
+    def tell(self, event: str, incident_id: int | None, extra: dict | None = None) -> None:
+        """Run the hooks for `event` about this incident; never blocks (a worker delivers)."""
+        if not self.hooks.configured:
+            return
+        try:
+            incident = self.store.get(incident_id) if incident_id is not None else {}
+        except (KeyError, ValueError, OSError) as error:
+            log.warning("notify.incident_unreadable", incident_id=incident_id, error=str(error))
+            incident = {"id": incident_id}
+        self.hooks.send(incident_notification(event, incident, extra=extra))
+
+    def record(self, hooks: Hooks | None = None) -> None:
+        """Store finished deliveries as incident steps."""
+        for done in (hooks or self.hooks).completed():
+            if isinstance(done.incident_id, int):
+                try:
+                    self.store.add_step(done.incident_id, *delivery_step(done))
+                except (KeyError, ValueError) as error:  # the incident was pruned meanwhile
+                    log.warning("notify.record_lost", incident_id=done.incident_id, error=str(error))
+
+    def gave_up(self, incident_id: int | None) -> None:
+        """The restart budget is spent: tell a person, and give the delivery time before the exit."""
+        self.tell("gave-up", incident_id, {"reason": "the restart budget is spent; the service stays down"})
+        self.hooks.wait_idle(DRAIN_GAVE_UP_S)
+
+    def reconfigure(self, settings: object, drain_s: float = DRAIN_STOP_S) -> None:
+        """A reload: new hooks from now on when the settings changed; the old ones finish first."""
+        if settings == self.settings:
+            return
+        old, self.settings, self.hooks = self.hooks, settings, Hooks.from_config(settings)
+        old.close(drain_s)
+        self.record(old)
+
+    def close(self, drain_s: float = DRAIN_STOP_S) -> None:
+        self.hooks.close(drain_s)
+        self.record()

@@ -45,3 +45,21 @@ def watching(window_s: float, until_epoch: float, now: float | None = None) -> d
     left = max(0.0, until_epoch - (time.time() if now is None else now))
     return {"phase": None, "window_s": window_s, "watching_until": until_epoch,
             "text": f"healthy; watching {seconds_text(window_s)} for recurrence, {seconds_text(left)} left"}
+
+
+class StartupReport:
+    """Startup progress shown where a person looks: the status snapshot (`progress`), systemd's
+    STATUS= and the lifecycle's text, while the service is starting or being verified."""
+
+    SHOWN_IN = ("starting", "verifying")
+
+    def __init__(self, publish: Callable[..., None], lifecycle: Any):
+        self.publish, self.lifecycle = publish, lifecycle
+
+    def __call__(self, shown: dict[str, Any]) -> None:
+        self.publish(progress=shown)
+        self.text(shown["text"])
+
+    def text(self, text: str) -> None:
+        if self.lifecycle.state in self.SHOWN_IN:
+            self.lifecycle.enter(self.lifecycle.state, text)

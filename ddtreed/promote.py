@@ -4,7 +4,7 @@ The daemon remembers a verified flag/env ladder step in the incident store (`Sto
 Once a precise fix exists (a patch applied, a newer sglang, a new rule), `promote` undoes those
 steps, launches the service, verifies it exactly as the daemon verifies a fix (readiness, probes,
 a real generation, acceptance, the window), and either keeps the better launch or puts the
-degradation back. It uses a Daemon's public API (`revert`, `trial`, `attempt`, `close`), so it
+degradation back. It uses a Daemon's public API (`revert`, `start_service`, `verify_start`, `attempt`, `close`), so it
 runs while the daemon is stopped; its timeout is a stop request through the daemon's queue.
 """
 
@@ -22,7 +22,8 @@ from . import state_lock
 from .config import Config
 from .daemon import Daemon
 from .incidents import Store, database_path
-from .records import Application
+from .lifecycle import Stopping
+from .records import Application, Verdict
 from .wiring import build
 
 log = structlog.get_logger(__name__)
@@ -80,7 +81,7 @@ def promote(config: Config, *, host=None, timeout: float | None = None) -> Promo
     timer = threading.Timer(timeout or _budget(config), daemon.request_stop)  # through the loop's queue
     timer.start()
     try:
-        verdict = daemon.trial()
+        verdict = trial(daemon)
         if verdict.ok:
             store.clear_degraded(config.source)
             log.info("promotion_kept", undone=undone, accept_length=verdict.accept_length)
@@ -91,6 +92,19 @@ def promote(config: Config, *, host=None, timeout: float | None = None) -> Promo
     finally:
         timer.cancel()
         daemon.close()
+
+
+def trial(daemon: Daemon) -> Verdict:
+    """Start the service as launched now, verify it like a fix (window included), stop it."""
+    try:
+        if not daemon.start_service():
+            return Verdict(False, "restart budget spent")
+        daemon.lifecycle.enter("verifying", "trial: verifying")
+        return daemon.verify_start(window=True)
+    except Stopping:
+        return Verdict(False, "stopped before the trial finished (timeout or signal)")
+    finally:
+        daemon.stop_service("trial over")
 
 
 def _restore(daemon: Daemon, steps: list[Application]) -> list[str]:

@@ -48,6 +48,11 @@ class RestartBudget:
         self._forget_old()
         return len(self._starts)
 
+    def spent_reason(self) -> str:
+        """Why `next_delay` gave up, in the words of the [policy] settings."""
+        return (f"restart budget spent: {self.starts_in_window} starts in {self.window_s:g} s "
+                f"(policy.max_restarts = {self.max_restarts})")
+
     def next_delay(self) -> float | None:
         """Seconds to wait before the next start, or None: give up (too many starts in the window)."""
         starts = self.starts_in_window

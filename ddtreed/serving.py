@@ -19,6 +19,7 @@ The stage's public API:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -26,12 +27,13 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import structlog
 
-from .records import Crash, LogChunk
+from .canary import canary_crash
+from .records import Crash, HealthResult, LogChunk
 
 log = structlog.get_logger(__name__)
 
@@ -154,7 +156,7 @@ class ServingWatch:
         self._low: list[str] = []
         self._reported: set[str] = set()
         self._probe: threading.Thread | None = None
-        self._result = None
+        self._result: HealthResult | None = None
         self.last_decode: DecodeStats | None = None
         self.decode_accept: float | None = None  # the latest decode line's accept length
 
@@ -243,8 +245,6 @@ class ServingWatch:
             try:
                 self._result = self.prober.health(deadline)
             except Exception as error:  # noqa: BLE001 - a probe's failure is a failed probe
-                from .records import HealthResult
-
                 self._result = HealthResult(ok=False, stage="health", detail=f"probe error: {error}")
 
         self._probe = threading.Thread(target=probe, name="ddtreed-serving-probe", daemon=True)
@@ -261,6 +261,47 @@ class ServingWatch:
 
 
 # ---- hang evidence ------------------------------------------------------------------------------
+
+def watch_service(service: Any, probe: Any, prober: Any, *, baseline: float | None, clock: Any,
+                  on_ok: Callable[[], None]) -> ServingWatch:
+    """The serving watch of one verified launch, attached to its ServiceRun (which feeds it chunks)."""
+    watch = ServingWatch(settings_from(probe), prober, captured_graphs=service.milestones.captured_graphs,
+                         baseline=baseline, clock=clock.monotonic, wall=clock.time, on_ok=on_ok)
+    service.serving, service.serving_events = watch, []
+    return watch
+
+
+def serving_crash(service: Any, watch: ServingWatch, local: bool) -> Crash | None:
+    """The first event the log chunks or the probes raised since the last turn, as an incident's
+    crash (hung, eager fallback, collapse), with its evidence; None while the service serves."""
+    events, service.serving_events = service.serving_events + watch.tick(), []
+    return incident_crash(events[0], service.pid, local) if events else None
+
+
+def periodic_check(periodic: Any, prober: Callable[[], Any], context: Any, on_result: Callable[[Any], None],
+                   on_ok: Callable[[], None]) -> Crash | None:
+    """The periodic output canary when due: a failure (silent corruption, collapse) is an incident's
+    crash; a pass keeps "last healthy" fresh like a passed probe."""
+    result = periodic.run_if_due(prober(), context) if periodic is not None and periodic.due() else None
+    if result is None:
+        return None
+    on_result(result)
+    if result.category is not None:
+        return canary_crash(result)
+    if result.passed:
+        on_ok()
+    return None
+
+
+def incident_crash(event: ServingEvent, pid: int | None, local: bool) -> Crash:
+    """The event as a crash; a hung service's stacks and GPU state are captured first (on this machine)."""
+    crash = event.crash()
+    log.error("serving.incident", kind=event.kind, detail=event.detail)
+    if event.kind == UNHEALTHY and pid is not None and local:
+        found = hang_evidence(pid)
+        crash = replace(crash, context=crash.context + (EVIDENCE_PREFIX + json.dumps(found, default=str)[:60000],))
+    return crash
+
 
 SCHEDULER_TITLES = ("sglang::scheduler", "sglang::detokenizer", "sglang::data_parallel_controller")
 

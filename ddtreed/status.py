@@ -164,6 +164,11 @@ class StatusBoard:
             self._failing = True
         return self.current
 
+    def service_started(self, pid: int | None, token: str | None, at: float) -> DaemonStatus:
+        """A launch: its pid and token, and one restart more unless it is the first."""
+        restarts = self.current.restarts + (1 if self.current.service_started_at else 0)
+        return self.publish(service_pid=pid, service_started_at=at, restarts=restarts, service_token=token)
+
     def update(self, **changes: Any) -> DaemonStatus:
         """Apply field changes (e.g. state=, status_text=, restarts=) and publish them."""
         self.current = write_status(self.state_dir, replace(self.current, **changes))  # a copy: earlier
@@ -173,3 +178,9 @@ class StatusBoard:
             self.on_text(text)
         self._last_text = text
         return self.current
+
+
+def canary_status(result: Any) -> dict[str, Any]:
+    """The periodic canary's last run as the snapshot shows it (apart from the probe's fields)."""
+    return {"last_run_at": result.at, "passed": result.passed, "detail": result.detail,
+            "accept_length": result.accept_length}

@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
+import structlog
+
 from .canary import Canary, PeriodicCanary
 from .clock import Clock, SystemClock
 from .config import Config, ConfigError, load
@@ -24,9 +26,11 @@ from .host import Host, LocalHost
 from .incidents import Store, database_path
 from .incidents.durable import DurableStore, open_store
 from .paths import shipped
-from .remediation import Catalog, Engine, load_remediations
+from .remediation import Catalog, Engine, Launch, load_remediations
 from .restart import RestartBudget
 from .rules import RuleSet, load_rules
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,14 @@ def service_context(wiring: Wiring, argv: list[str]):
     return context_of(replace(config, service=replace(config.service, argv=tuple(argv))), wiring.host)
 
 
+def prober_for(wiring: Wiring, port: int, interrupted: Callable[[], bool]) -> Prober:
+    """The prober of the service on `port`; a real one gives up at once when `interrupted()`."""
+    prober = wiring.prober(wiring.host.http_base_url(wiring.config.service.host, port))
+    if isinstance(prober, Prober):
+        prober.interrupted = interrupted
+    return prober
+
+
 def reload_config(current: Config) -> Config:
     """SIGHUP: the config file read again (ConfigError when it is bad or moves the service)."""
     config = load(current.source) if os.path.exists(current.source) else current
@@ -112,6 +124,24 @@ def rebuild(old: Wiring, config: Config) -> Wiring:
     """SIGHUP: a new wiring from the new config, keeping the host, the store, the clock and the seams."""
     rules, catalog = load_catalogs(config)
     return _assemble(config, old.host, old.store, rules, catalog, old.clock, old.prober, old.preflight_checks)
+
+
+def reload(old: Wiring) -> Wiring | None:
+    """SIGHUP: the whole wiring rebuilt from the config file; None (logged) when the new file is bad."""
+    try:
+        return rebuild(old, reload_config(old.config))
+    except (ConfigError, ValueError, OSError) as error:
+        log.error("reload_rejected", error=str(error), hint="the previous config, rules and remediations stay in use")
+        return None
+
+
+def reloaded_launch(old: Config, new: Config) -> Launch | None:
+    """The operator's new launch when a reload changed `service.argv`/`env`; None when unchanged."""
+    if (old.service.argv, old.service.env) == (new.service.argv, new.service.env):
+        return None
+    launch = Launch(list(new.service.argv), dict(new.service.env))
+    log.info("launch_reloaded", argv=launch.argv, hint="used from the next (re)start")
+    return launch
 
 
 def _assemble(config: Config, host: Host, store: DurableStore, rules: RuleSet, catalog: Catalog,

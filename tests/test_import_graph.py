@@ -100,8 +100,11 @@ def test_the_checker_finds_a_cycle():
 
 def test_the_middle_is_wired_one_way():
     graph = import_graph()
-    for stage in ("ddtreed.verify", "ddtreed.preflight_gate", "ddtreed.remediation.ladder", "ddtreed.wiring",
-                  "ddtreed.service_run", "ddtreed.lifecycle", "ddtreed.records", "ddtreed.recovery"):
+    stages = ("ddtreed.verify", "ddtreed.preflight_gate", "ddtreed.remediation.ladder",
+              "ddtreed.wiring", "ddtreed.service_run", "ddtreed.lifecycle",
+              "ddtreed.records", "ddtreed.recovery", "ddtreed.serving",
+              "ddtreed.notify", "ddtreed.status", "ddtreed.progress")
+    for stage in stages:
         assert "ddtreed.daemon" not in graph[stage], stage
     assert graph["ddtreed.records"] == set()  # the vocabulary imports nothing of ours
 
@@ -121,3 +124,9 @@ def test_no_module_calls_another_modules_private_method():
                         continue
                     offenders.append(f"{name}:{node.lineno}: .{attribute}()")
     assert offenders == []
+
+
+def test_the_daemon_holds_the_loop_only():
+    """Issue 13's bound: what is not the loop or a transition lives in its stage module."""
+    lines = modules()["ddtreed.daemon"].read_text(encoding="utf-8").count("\n")
+    assert lines <= 300, f"ddtreed daemon module: {lines} lines"
