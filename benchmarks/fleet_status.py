@@ -64,7 +64,7 @@ def start_servers(directory: Path, count: int, extra_config: str) -> tuple[list[
     return servers, client_key, known_hosts
 
 
-def populate_state_dirs(directory: Path, servers: list[sshd.Sshd], daemon_pid: int) -> None:
+def populate_state_dirs(directory: Path, servers: list[sshd.Sshd], daemon_pid: int, database: bool = True) -> None:
     """Each host's state dir: a live daemon's snapshot and a 3-incident database (one template copied)."""
     from ddtreed.incidents import Store, database_path
     from ddtreed.status import DaemonStatus, write_status
@@ -77,7 +77,8 @@ def populate_state_dirs(directory: Path, servers: list[sshd.Sshd], daemon_pid: i
     for server in servers:
         state = server.directory / "state"
         state.mkdir(mode=0o700)
-        shutil.copy2(database_path(template), database_path(state))
+        if database:
+            shutil.copy2(database_path(template), database_path(state))
         write_status(state, DaemonStatus(pid=daemon_pid, state="running", status_text="serving, accept len 3.4",
                                          service_pid=daemon_pid, service_started_at=time.time(),
                                          last_healthy_at=time.time()))
@@ -114,7 +115,8 @@ def box_busy_s() -> float:
     return (sum(values[:8]) - idle) / TICKS
 
 
-def fleet_status(tree: Path, inventory: Path, servers: list[sshd.Sshd], starts: Path) -> dict:
+def fleet_status(tree: Path, inventory: Path, servers: list[sshd.Sshd], starts: Path,
+                 concurrency: int | None = None) -> dict:
     """One `ddtreed fleet status --json` as a user runs it, from `tree`; its costs and answers."""
     starts.write_text("")
     load = Path("/proc/loadavg").read_text().split()[:3]
@@ -122,7 +124,8 @@ def fleet_status(tree: Path, inventory: Path, servers: list[sshd.Sshd], starts: 
     remote_before, box_before = remote_cpu_s(servers), box_busy_s()
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "ddtreed", "fleet", "status", "--inventory", str(inventory),
-                           "--json"], capture_output=True, text=True, cwd=tree,
+                           "--json", *(["--concurrency", str(concurrency)] if concurrency else [])],
+                          capture_output=True, text=True, cwd=tree,
                           env={**os.environ, "PYTHONPATH": str(tree)}, timeout=1800)
     wall = time.monotonic() - started
     time.sleep(0.2)  # let the sshd masters reap the last sessions before their CPU is read
@@ -135,6 +138,8 @@ def fleet_status(tree: Path, inventory: Path, servers: list[sshd.Sshd], starts: 
     failures = {host["error"]: host["detail"] for host in report["hosts"] if not host["ok"]}
     return {"wall_s": round(wall, 2), "client_cpu_s": round(client, 2), "remote_cpu_s": round(remote, 2),
             "box_cpu_s": round(box, 2), "loadavg_before": " ".join(load),
+            # cores that other processes on the box used meanwhile (the load this run competed with)
+            "others_cores": round(max(0.0, box - client - remote) / wall, 2),
             "per_host_wall_ms": round(1000 * wall / hosts, 1),
             "per_host_client_cpu_ms": round(1000 * client / hosts, 1),
             "per_host_remote_cpu_ms": round(1000 * remote / hosts, 1),
@@ -187,6 +192,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--baseline-ref", default=BASELINE_REF, help="git ref of the baseline tree ('' for none)")
     parser.add_argument("--remote-rc", choices=("clean", "box"), default="clean")
+    parser.add_argument("--no-database", action="store_true",
+                        help="state dirs without an incident database (no sqlite3 query on the fast path)")
+    parser.add_argument("--concurrency", type=int, help="this tree's --concurrency (default: its own)")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
     if not sshd.available():
@@ -195,8 +203,10 @@ def main() -> int:
     sizes = [int(size) for size in args.sizes.split(",")]
     result: dict = {"benchmark": "fleet status", "cpus": os.cpu_count(), "machine": platform.platform(),
                     "remote_rc": args.remote_rc, "sqlite3_on_host": shutil.which("sqlite3") is not None,
-                    "host": "sshd on its own 127.0.0.1 port; state dir: live daemon snapshot + 3-incident database",
-                    "sizes": sizes, "runs_per_size": args.runs, "runs": []}
+                    "host": "sshd on its own 127.0.0.1 port; state dir: live daemon snapshot"
+                            + ("" if args.no_database else " + 3-incident database"),
+                    "sizes": sizes, "runs_per_size": args.runs, "current_concurrency": args.concurrency or "default",
+                    "runs": []}
     with tempfile.TemporaryDirectory(prefix="ddtreed-fleet-bench-") as temp:
         directory = Path(temp)
         baseline, note = baseline_tree(directory, args.baseline_ref) if args.baseline_ref else (None, "none")
@@ -211,7 +221,7 @@ def main() -> int:
         servers, client_key, known_hosts = start_servers(directory, max(sizes), extra)
         result["sshd_start_s"] = round(time.monotonic() - started, 2)
         try:
-            populate_state_dirs(directory, servers, daemon.pid)
+            populate_state_dirs(directory, servers, daemon.pid, database=not args.no_database)
             starts = directory / "remote-ddtreed-starts"
             wrapper = directory / "remote-ddtreed"
             wrapper.write_text(f'#!/bin/sh\necho "$*" >> {starts}\nexec {sshd.REMOTE_DDTREED} "$@"\n')
@@ -223,7 +233,7 @@ def main() -> int:
                     run: dict = {"hosts": size, "run": index + 1}
                     if baseline is not None:
                         run["baseline"] = fleet_status(baseline, inventory, servers, starts)
-                    run["current"] = fleet_status(REPO, inventory, servers, starts)
+                    run["current"] = fleet_status(REPO, inventory, servers, starts, args.concurrency)
                     if baseline is not None:
                         run["same_answers"] = same_answers(run["baseline"].pop("_answers"),
                                                            run["current"]["_answers"])
