@@ -148,10 +148,12 @@ def _alive(sftp: paramiko.SFTPClient, snapshot: dict[str, Any]) -> bool:
     psutil's create_time is /proc/PID/stat's start (field 22, in clock ticks) plus /proc/stat's
     btime; the same two files are read here over SFTP.
     """
+    if snapshot["pid"] <= 0:
+        raise _Fallback("pid is not positive")  # psutil's own answer for those is the remote's to give
     if snapshot["state"] in ("stopped", GAVE_UP):
         return False
-    stat = _read(sftp, f"/proc/{int(snapshot['pid'])}/stat", PROC_LIMIT)
-    if stat is None or snapshot["pid"] <= 0:
+    stat = _read(sftp, f"/proc/{snapshot['pid']}/stat", PROC_LIMIT)
+    if stat is None:
         return False  # no such process
     fields = stat.decode("ascii", "replace").rpartition(")")[2].split()
     boot = _boot_time(_read(sftp, "/proc/stat", PROC_LIMIT) or b"")
