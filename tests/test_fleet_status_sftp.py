@@ -115,6 +115,21 @@ def test_incident_counts_come_from_sqlite3_and_match_the_store(host):
     same_answer(remote, local_status(state))
 
 
+def test_a_database_of_an_older_schema_goes_to_the_remote_ddtreed(host):
+    from ddtreed.incidents.connection import connect
+    from ddtreed.incidents.migrations import MIGRATIONS, migrate
+
+    inventory, state, started = host
+    write_snapshot(state, os.getpid())
+    db = connect(database_path(state), 5.0)
+    migrate(db, MIGRATIONS[:4])  # as an older ddtreed left it: sqlite3 alone cannot answer exactly
+    db.close()
+    remote = fleet_status(inventory)
+    assert starts(started) == [f"status --json --state-dir {state}"]  # the remote migrated and answered
+    assert remote["incidents"]["incidents_total"] == 0
+    same_answer(remote, local_status(state))
+
+
 def test_stale_and_stopped_snapshots_answer_like_ddtreed_status(host):
     inventory, state, started = host
     gone = subprocess.Popen(["true"])
