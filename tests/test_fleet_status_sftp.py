@@ -28,7 +28,18 @@ pytestmark = [pytest.mark.slow,
 
 REPO = Path(__file__).resolve().parent.parent
 TIME_KEYS = ("seconds_since_update", "seconds_since_last_healthy", "service_uptime_s")  # "now" differs
-HAS_SQLITE3 = shutil.which("sqlite3") is not None
+
+
+def _sqlite3_with_json() -> bool:
+    """The host (this machine) has a sqlite3 shell with SQLite's JSON functions."""
+    if shutil.which("sqlite3") is None:
+        return False
+    done = subprocess.run(["sqlite3", "-batch", "-init", "/dev/null", ":memory:", "SELECT json_array(1)"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return done.returncode == 0 and done.stdout.strip() == "[1]"
+
+
+HAS_SQLITE3 = _sqlite3_with_json()
 
 
 @pytest.fixture(scope="module")
