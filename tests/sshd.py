@@ -81,8 +81,9 @@ class Sshd:
 
 
 def start_sshd(directory: Path, authorized_keys: str, port: int | None = None,
-               host_key: Path | None = None) -> Sshd:
-    """sshd -D on 127.0.0.1 with its own config, host key and authorized_keys in `directory`."""
+               host_key: Path | None = None, extra_config: str = "") -> Sshd:
+    """sshd -D on 127.0.0.1 with its own config, host key and authorized_keys in `directory`;
+    `extra_config` lines are appended to its sshd_config."""
     directory.mkdir(parents=True, exist_ok=True)
     os.makedirs("/run/sshd", exist_ok=True)
     if host_key is None:
@@ -98,7 +99,7 @@ def start_sshd(directory: Path, authorized_keys: str, port: int | None = None,
         f"AuthorizedKeysFile {directory / 'authorized_keys'}\nPidFile {directory / 'sshd.pid'}\n"
         "UsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nAllowTcpForwarding yes\nSubsystem sftp internal-sftp\n"
-        "MaxStartups 200\nMaxSessions 64\nLogLevel INFO\n"
+        "MaxStartups 200\nMaxSessions 64\nLogLevel INFO\n" + extra_config
     )
     server.process = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(server.log)],
                                       stdin=subprocess.DEVNULL, start_new_session=True)

@@ -51,7 +51,7 @@ def _common_options() -> argparse.ArgumentParser:
     common.add_argument("--accept-new", action="store_true",
                         help="trust and record unknown host keys (never changed ones), like ssh accept-new")
     common.add_argument("--concurrency", type=positive_int, metavar="N",
-                        help="hosts at once (default: the inventory's, else 16)")
+                        help="hosts at once (default: the inventory's, else all, at most 64)")
     common.add_argument("--deadline", type=float, metavar="SECONDS",
                         help="per-host deadline (default: the inventory's command_timeout_s)")
     return common

@@ -51,6 +51,14 @@ def _parse_json(text: str) -> Any:
 
 
 def status(connection: Connection) -> Any:
+    """The host's `ddtreed status --json`: read over SFTP where it can (fleet/remote_status.py)."""
+    from .remote_status import status as read_status
+
+    return read_status(connection, status_by_command)
+
+
+def status_by_command(connection: Connection) -> Any:
+    """The remote `ddtreed status --json` itself (one Python start on the host)."""
     # `ddtreed status` exits 1 (stale) or 3 (not running) with a full JSON answer: the host answered.
     return remote_ddtreed(connection, ["status", "--json", "--state-dir", connection.entry.state_dir],
                           config=True, ok_codes=(0, 1, 3))

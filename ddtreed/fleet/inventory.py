@@ -35,7 +35,7 @@ class HostEntry:
     ssh_config: str = "~/.ssh/config"
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 60.0  # the per-host deadline for one fleet command, connect included
-    concurrency: int = 16
+    concurrency: int | None = None  # None: sized to the fleet (runner.pool_size)
     default_user: str | None = None  # [defaults].user: below ~/.ssh/config's User
     default_port: int | None = None
     default_identity_file: str | None = None

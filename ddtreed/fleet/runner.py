@@ -15,7 +15,10 @@ from .ssh import TIMEOUT, UNREACHABLE, Connection, FleetError
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_CONCURRENCY = 16
+# Without --concurrency or the inventory's `concurrency`: every host at once, up to this many. A
+# host's turn is mostly waiting (round trips, the remote side); the client's share is CPU for key
+# exchange and authentication, which more threads do not add to (docs/fleet.md, the model).
+MAX_AUTO_CONCURRENCY = 64
 DEADLINE_SLACK_S = 0.1  # a call given "the time left" may return a hair before the timer fires
 
 Job = Callable[[Connection], Any]
@@ -58,7 +61,7 @@ def run_on_hosts(entries: list[HostEntry], job: Job, *, accept_new: bool = False
     started = time.monotonic()
     if not entries:
         return FleetReport([], 0.0)
-    workers = max(1, min(concurrency or entries[0].concurrency or DEFAULT_CONCURRENCY, len(entries)))
+    workers = pool_size(len(entries), concurrency, entries[0].concurrency)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleet") as pool:
         futures = [pool.submit(_run_one, entry, job, accept_new, deadline_s) for entry in entries]
         results = [future.result() for future in futures]
@@ -66,6 +69,11 @@ def run_on_hosts(entries: list[HostEntry], job: Job, *, accept_new: bool = False
     log.info("fleet.run_finished", hosts=len(results), failed=sum(not r.ok for r in results),
              elapsed_s=round(report.elapsed_s, 3), concurrency=workers)
     return report
+
+
+def pool_size(hosts: int, asked: int | None, inventory: int | None) -> int:
+    """--concurrency, else the inventory's, else sized to the fleet; never more threads than hosts."""
+    return max(1, min(asked or inventory or MAX_AUTO_CONCURRENCY, hosts))
 
 
 def _run_one(entry: HostEntry, job: Job, accept_new: bool, deadline_s: float | None) -> HostResult:

@@ -228,6 +228,44 @@ def _local_user() -> str:
     return getpass.getuser()
 
 
+_HOST_KEYS: dict[tuple[str, ...], tuple[tuple, paramiko.HostKeys, paramiko.HostKeys]] = {}
+_HOST_KEYS_LOCK = threading.Lock()
+
+
+def _known_host_keys(known_hosts: str, others: tuple[str, ...]) -> tuple[paramiko.HostKeys, paramiko.HostKeys]:
+    """(the inventory's known_hosts, the ssh config's UserKnownHostsFile and the global file), parsed
+    once while none of the files changes. Only the first is ever written (accept-new appends there;
+    the file's new size makes the next connection parse it again)."""
+    paths = (known_hosts, *[path for path in others if path != known_hosts])
+    version = tuple((path, *_file_version(path)) for path in paths)
+    with _HOST_KEYS_LOCK:  # one thread parses, the others wait for its result
+        cached = _HOST_KEYS.get(paths)
+        if cached is not None and cached[0] == version:
+            return cached[1], cached[2]
+        own, system = paramiko.HostKeys(), paramiko.HostKeys()
+        if os.path.isfile(known_hosts):
+            own.load(known_hosts)
+        # The ssh config's UserKnownHostsFile and the global /etc/ssh/ssh_known_hosts: read only.
+        for path in paths[1:]:
+            if os.path.isfile(path):
+                try:
+                    system.load(path)
+                except (OSError, paramiko.SSHException) as error:
+                    log.warning("fleet.known_hosts_unreadable", path=path, error=str(error))
+        _HOST_KEYS[paths] = (version, own, system)
+        log.debug("fleet.known_hosts_loaded", files=[path for path in paths if os.path.isfile(path)],
+                  hosts=len(own) + len(system))
+    return own, system
+
+
+def _file_version(path: str) -> tuple[int, int, int] | tuple[()]:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return ()
+    return info.st_ino, info.st_size, info.st_mtime_ns
+
+
 class _AcceptNew(paramiko.MissingHostKeyPolicy):
     """OpenSSH `accept-new`: record an unknown key; a changed key never reaches this policy."""
 
@@ -282,15 +320,8 @@ def _authenticate(entry: HostEntry, target: Target, accept_new: bool, timeout: f
                   sock: paramiko.Channel | None) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
     known_hosts = os.path.expanduser(entry.known_hosts)
-    if os.path.isfile(known_hosts):
-        client.load_host_keys(known_hosts)
-    # The ssh config's UserKnownHostsFile and the global /etc/ssh/ssh_known_hosts: read, never written.
-    for path in target.known_hosts_files:
-        if path != known_hosts and os.path.isfile(path):
-            try:
-                client.load_system_host_keys(path)
-            except (OSError, paramiko.SSHException) as error:
-                log.warning("fleet.known_hosts_unreadable", path=path, error=str(error))
+    # Parsed once per run and shared by every connection (paramiko reads them, never writes).
+    client._host_keys, client._system_host_keys = _known_host_keys(known_hosts, target.known_hosts_files)
     strict = not (accept_new or target.accept_new)  # changed keys are refused either way
     client.set_missing_host_key_policy(_Refuse() if strict else _AcceptNew(known_hosts))
     try:
