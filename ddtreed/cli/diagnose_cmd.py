@@ -120,11 +120,13 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
     if context is None:
         context = context_from_log(lines)
     diagnoses = [rules.diagnose(group, context) for group in assemble_lines(unreverse(lines), source)]
-    if not any(diagnosis.match.rule_id for diagnosis in diagnoses):
+    if not any(rules.decisive(diagnosis) for diagnosis in diagnoses):
         # Nothing assembled, or only crashes no rule knows (a paste cut before its exception
-        # line): the errors the text quotes may still say what failed.
-        pasted = _from_paste(lines, source, rules, context, assembled=bool(diagnoses))
-        if pasted is not None and (pasted.match.rule_id or not diagnoses):
+        # line) or knows only by shape: the errors the text quotes may still say what failed.
+        # A log the service wrote is mined only when no rule knew its crash at all.
+        named = any(diagnosis.match.rule_id for diagnosis in diagnoses)
+        pasted = _from_paste(lines, source, rules, context, assembled=bool(diagnoses) and not named)
+        if pasted is not None and (rules.decisive(pasted) or not named and (pasted.match.rule_id or not diagnoses)):
             diagnoses = [pasted] + diagnoses[1:]
     return diagnoses
 

@@ -13,6 +13,9 @@ from .loader import parse_files, rule_files
 from .model import CrashView, Rule, RuleIndex
 
 UNKNOWN_CATEGORY = "unknown"
+# Rules at or below this priority only name the shape of a failure (a plain Python error in
+# SGLang code, a bare child death): any other reading of the same text outranks them.
+LAST_RESORT_PRIORITY = 1
 BUDGET_S = 2.0  # per distinct crash: past it, the best match so far decides (issue 16.3)
 
 
@@ -99,6 +102,11 @@ class RuleSet:
 
     def get(self, rule_id: str) -> Rule | None:
         return self._by_id.get(rule_id)
+
+    def decisive(self, diagnosis: "Diagnosis") -> bool:
+        """A diagnosis a real rule decided, not unknown and not a last-resort shape rule."""
+        rule = self._by_id.get(diagnosis.match.rule_id) if diagnosis.match.rule_id else None
+        return rule is not None and rule.priority > LAST_RESORT_PRIORITY
 
     def diagnose(self, crashes: tuple[Crash, ...], context: ServiceContext | None = None,
                  budget_s: float = BUDGET_S) -> Diagnosis:

@@ -88,7 +88,8 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"|must have the same shape|does not match the (?:shape|size)|incompatible shapes?|shape \[[^\]]*\] .{0,20}"
         r"(?:does not match|!=)|mismatch(?:ed)? (?:in )?(?:shape|size|dimension)"),
     "oom": (r"(?i:out of memory)|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
-            r"|hipErrorOutOfMemory|Tried to allocate \d|(?i:insufficient (?:gpu )?memory)"),
+            r"|hipErrorOutOfMemory|Tried to allocate \d|(?i:insufficient (?:gpu )?memory)|CUDA_ERROR_OUT_OF_MEMORY"
+            r"|[Ff]ailed to allocate (?:device |GPU |CUDA )?memory|cudaMalloc(?:Async)? (?:failed|error)|AlignedAllocator"),
     "kv-pool": (r"KV cache pool|no GPU memory for the KV cache|increase --mem-fraction-static|token_to_kv_pool"
                 r"|(?:Prefill|Decode) out of memory|max_total_num_tokens|KV cache is full|not enough (?:space|memory)"
                 r" for (?:the )?KV"),
@@ -110,16 +111,18 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"|HSA_STATUS_ERROR_EXCEPTION|page fault|cudaErrorIllegal\w+|(?:IndexKernel|Indexing|ScatterGatherKernel)\.cu"
         r"|cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED"),
     "missing-module": (r"No module named|cannot import name|ModuleNotFoundError|is not installed|No package metadata was found"
+                       r"|is installed with version \S+, which is less than the minimum required"
+                       r"|(?:minimum|min) required version|[Pp]lease (?:upgrade|update|reinstall) [\w.-]{1,40} (?:to|package|version)"
                        r"|PackageNotFoundError|distribution was not found and is required"
                        r"|[Pp]lease install \w|requires the \w+ (?:package|library)"),
-    "port-in-use": r"[Aa]ddress already in use|Errno 98|EADDRINUSE|[Pp]ort \d+ is (?:already )?(?:in use|occupied)"
-                   r"|attempting to bind on address",
+    "port-in-use": r"[Aa]ddress (?:already )?in use|Errno 98|errno: 98|EADDRINUSE|[Pp]ort \d+ is (?:already )?(?:in use|occupied)"
+                   r"|attempting to bind on address|Only one usage of each socket address|WinError 10048",
     "fatal-signal": r"Segmentation fault|SIGSEGV|SIGABRT|SIGBUS|SIGILL|SIGFPE|Fatal Python error|core dumped"
                     r"|double free or corruption|free\(\): invalid|malloc\(\): |corrupted size vs\. prev_size"
                     r"|[Cc]aught signal \d+|signal 11\b|Bus error",
     "gpu-hardware": r"\bXid\b|[Uu]ncorrectable ECC|ECC error|fallen off the bus|cudaErrorECCUncorrectable"
                     r"|GPU is lost|uncorrectable (?:NVLink|memory) error|row remapping failure",
-    "no-gpu": r"no CUDA-capable device|NVIDIA driver|CUDA driver (?:initialization|version)|NVML|NVIDIA-SMI has failed"
+    "no-gpu": r"no CUDA-capable device|No (?:CUDA|HIP|ROCm) GPUs are available|busy or unavailable|cudaErrorNoDevice|NVIDIA driver|CUDA driver (?:initialization|version)|NVML|NVIDIA-SMI has failed"
               r"|invalid device ordinal|No accelerator|Torch not compiled with CUDA|system not yet initialized",
     "timeout": r"(?i:timed out|timeout)",
     "config": (r"requires (?:setting )?--[\w-]+|(?:must|should) be (?:set|used|enabled) (?:with|when|together with) --"
