@@ -64,7 +64,8 @@ FRAME_FAMILIES: dict[str, str] = {
 EXCEPTION_FAMILIES: dict[str, tuple[str, ...]] = {
     "oom": ("OutOfMemoryError",),
     "comm": ("DistBackendError", "DistNetworkError", "DistError", "DistStoreError", "NCCLError",
-             "NcclError", "GlooError"),
+             "NcclError", "GlooError", "RendezvousTimeoutError", "RendezvousError", "RendezvousClosedError",
+             "HcclError", "KVTransferError"),
     "import": ("ImportError", "ModuleNotFoundError"),
     "connection": ("ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "MaxRetryError",
                    "NewConnectionError", "ReadTimeout", "ConnectTimeout", "RemoteDisconnected",
@@ -98,7 +99,8 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"|ProcessGroup|DeepEP|deep_ep|NVSHMEM|nvshmem|Watchdog caught collective|[Hh]eartbeat monitor"
         r"|collective operation|all_?reduce|all_?gather|broadcast (?:failed|timed out)|mooncake|RDMA|ibv_"
         r"|[Ss]ocket (?:timeout|error)|Connection reset by peer|Broken pipe|store_based_barrier"
-        r"|waiting for clients|clients joined|[Ff]ailed to recv|rendezvous"),
+        r"|waiting for clients|clients joined|[Ff]ailed to recv|rendezvous|\b[HR]CCL\b|\bhccl|NIXL|\bnixl|\bUCX\b"
+        r"|(?i:socket (?:timeout|has timed out|closed))|store->get|Rendezvous\w*Error"),
     "kernel-build": (
         r"ptxas|nvcc|ninja|CompilationError|[Tt]riton (?:Error|compil)|JIT (?:compil|build)"
         r"|no kernel image is available|invalid device function|hipErrorInvalidDeviceFunction|sgl_kernel"
@@ -112,7 +114,7 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"|cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED"),
     "missing-module": (r"No module named|cannot import name|ModuleNotFoundError|is not installed|No package metadata was found"
                        r"|is installed with version \S+, which is less than the minimum required"
-                       r"|(?:minimum|min) required version|[Pp]lease (?:upgrade|update|reinstall) [\w.-]{1,40} (?:to|package|version)"
+                       r"|(?:minimum|min) required version"
                        r"|PackageNotFoundError|distribution was not found and is required"
                        r"|[Pp]lease install \w|requires the \w+ (?:package|library)"),
     "port-in-use": r"[Aa]ddress (?:already )?in use|Errno 98|errno: 98|EADDRINUSE|[Pp]ort \d+ is (?:already )?(?:in use|occupied)"

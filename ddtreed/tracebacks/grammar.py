@@ -65,7 +65,8 @@ FATAL_LINES = (
     ("fatal signal", re.compile(r"^(?P<message>Current thread 0x[0-9a-fA-F]+ \(most recent call first\):)$")),
     ("Memory access fault", re.compile(r"(?P<message>Memory access fault by GPU.*)$")),
     ("HSA error", re.compile(r"(?P<message>(?:HSA_STATUS_ERROR_\w+|hipError\w+)\b.*)$")),
-    ("bind error", re.compile(r"(?P<message>\[Errno 98\].*|.*error while attempting to bind on address.*)$")),
+    ("bind error", re.compile(r"(?P<message>\[Errno 98\].*|.*error while attempting to bind on address.*"
+                              r"|.*(?:[Aa]ddress already in use|EADDRINUSE).*)$")),
     ("SWA Pool Mem Leak", re.compile(r"(?P<message>SWA Pool Mem Leak Detected!?.*)$")),
     ("KV pool", re.compile(r"(?P<message>max_total_tokens=\d+ is larger than the profiled value -\d+.*)$")),
     ("GPU hardware error", re.compile(
@@ -82,7 +83,7 @@ FATAL_LINES = (
 )
 FATAL_NEEDLES = ("Fatal Python error", "Current thread 0x", "the profiled value -", "double free or corruption",
                  "free(): invalid", "corrupted size vs. prev_size", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
-                 "attempting to bind on address", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
+                 "attempting to bind on address", "ddress already in use", "EADDRINUSE", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
                  "fallen off the bus", "Segmentation fault", "*** SIG", "TCPStore", "NCCL's watchdog got stuck",
                  "Heartbeat monitor timed out", "Caught signal", "Watchdog caught collective")
 # argparse's last line: `sglang serve: error: unrecognized arguments: --x` (exit 2, no traceback).
