@@ -169,8 +169,10 @@ class RuleSet:
 
     def _score(self, match: RuleMatch | None, rule: Rule | None, crash: Crash) -> tuple:
         if match is None:
-            return (0, (), informativeness(crash))
-        return (1, self._rank(rule, match), informativeness(crash))
+            return (0, 0, (), informativeness(crash))
+        # A crash that printed its error line outranks a traceback cut off before it (another
+        # rank's copy of the same failure, trimmed): the stack alone says where, not what.
+        return (1, int(not _cut_off(crash)), self._rank(rule, match), informativeness(crash))
 
     def explain(self, crash: Crash, signature: Signature,
                 context: ServiceContext | None = None) -> list[Explanation]:
@@ -187,6 +189,10 @@ class RuleSet:
                     f"not a candidate: exception {types} not in {list(rule.conditions.exceptions)}",)))
         explanations.sort(key=lambda e: (e.rule_id not in candidates, not e.matched))
         return explanations
+
+
+def _cut_off(crash: Crash) -> bool:
+    return crash.kind == "traceback" and crash.exception is None and not crash.inner_message
 
 
 def _echo_test(crashes: tuple[Crash, ...]):

@@ -111,7 +111,8 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"illegal memory access|misaligned address|illegal instruction|Memory access fault by GPU"
         r"|device-side assert|unspecified launch failure|HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION"
         r"|HSA_STATUS_ERROR_EXCEPTION|page fault|cudaErrorIllegal\w+|(?:IndexKernel|Indexing|ScatterGatherKernel)\.cu"
-        r"|cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED"),
+        r"|cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED"
+        r"|(?i:out of bounds? tensor access)|index out of bounds"),
     "missing-module": (r"No module named|cannot import name|ModuleNotFoundError|is not installed|No package metadata was found"
                        r"|is installed with version \S+, which is less than the minimum required"
                        r"|(?:minimum|min) required version"
