@@ -90,7 +90,8 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"(?:does not match|!=)|mismatch(?:ed)? (?:in )?(?:shape|size|dimension)"),
     "oom": (r"(?i:out of memory)|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
             r"|hipErrorOutOfMemory|Tried to allocate \d|(?i:insufficient (?:gpu )?memory)|CUDA_ERROR_OUT_OF_MEMORY"
-            r"|[Ff]ailed to allocate (?:device |GPU |CUDA )?memory|cudaMalloc(?:Async)? (?:failed|error)|AlignedAllocator"),
+            r"|[Ff]ailed to allocate (?:device |GPU |CUDA )?memory|cudaMalloc(?:Async)? (?:failed|error)|AlignedAllocator"
+            r"|\bOOM(?:s|ed)?\b(?:[^ ]| [^k]|$)"),
     "kv-pool": (r"KV cache pool|no GPU memory for the KV cache|increase --mem-fraction-static|token_to_kv_pool"
                 r"|(?:Prefill|Decode) out of memory|max_total_num_tokens|KV cache is full|not enough (?:space|memory)"
                 r" for (?:the )?KV"),
@@ -135,6 +136,7 @@ MESSAGE_FAMILIES: dict[str, str] = {
     "connection": r"Connection refused|Max retries exceeded|Failed to establish a new connection"
                   r"|RemoteDisconnected|Cannot connect to host",
     "graph-capture": r"Capture [\w ]*graph failed|[Cc]apturing|graph capture|cudaErrorStreamCapture\w*|piecewise"
+                     r"|disable (?:CUDA|cuda) graph by --disable-cuda-graph|set --cuda-graph-max-bs to a smaller value"
                      r"|[Pp]iecewise[ _]cuda[ _]graph|captures_underway"
                      r"|operation not permitted when stream is capturing|stream is capturing",
 }
@@ -257,7 +259,12 @@ def gather(crash: Crash, errors, frames: Iterable[str]) -> CrashEvidence:
     frame_families: set[str] = set()
     innermost = [f"{f.module}:{f.function}" for f in crash.frames[-3:]]
     module_level = [i for i, frame in enumerate(innermost) if frame.endswith(":<module>")]
-    if module_level and not any(frame.startswith("sglang/") for frame in innermost[module_level[-1] + 1:]):
+    # A module-level frame that is the outermost frame of the stack, in a file outside any
+    # installed package, is the entry script itself (a client's main program), not a module
+    # some import reached.
+    imported = bool(module_level) and (len(crash.frames) - len(innermost) + module_level[-1] > 0
+                                       or not innermost[module_level[-1]].startswith("/"))
+    if imported and not any(frame.startswith("sglang/") for frame in innermost[module_level[-1] + 1:]):
         # It failed while a module was being imported (in the import itself or in the
         # dependency code the import ran), not in a function the entry point called.
         frame_families.add("import")

@@ -18,7 +18,7 @@ from . import grammar
 # also the exceptions whose names say neither Error nor Exception (dynamo's `Unsupported`).
 _MENTION = re.compile(
     r"(?<![\w.])(?P<type>(?:[A-Za-z_]\w*\.){0,4}(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning)|Exception)"
-    r"|c10::\w+|AssertionError|(?:[A-Za-z_]\w*\.){1,4}(?:Unsupported|BackendCompilerFailed|OutOfResources))(?:\((?P<args>[^()\n]{0,200})\))?(?::[ \t]*(?P<message>[^\n`]{0,1500}))?")
+    r"|c10::\w+|AssertionError|(?:[A-Za-z_]\w*\.){1,4}Unsupported|(?:[A-Za-z_]\w*\.){0,4}(?:BackendCompilerFailed|OutOfResources))(?:\((?P<args>[^()\n]{0,200})\))?(?::[ \t]*(?P<message>[^\n`]{0,1500}))?")
 _TAGGED = re.compile(r"\s*\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 MAX_CANDIDATES = 8
 MAX_TEXT = 16_384
