@@ -128,7 +128,24 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
         pasted = _from_paste(lines, source, rules, context, assembled=bool(diagnoses) and not named)
         if pasted is not None and (rules.decisive(pasted) or not named and (pasted.match.rule_id or not diagnoses)):
             diagnoses = [pasted] + diagnoses[1:]
+        elif named:
+            diagnoses = _announced(lines, source, rules, context, diagnoses)
     return diagnoses
+
+
+def _announced(lines: list[str], source: str, rules, context, diagnoses: list) -> list:
+    """A log whose crashes a rule knows only by shape (a process died): the errors its
+    crash-announcing lines name inline decide instead, when a rule knows them."""
+    from ..tracebacks.paste import announced_crashes
+
+    crashes = announced_crashes(lines, source)
+    if not crashes:
+        return diagnoses
+    diagnosis = rules.diagnose(crashes, context)
+    if not rules.decisive(diagnosis):
+        return diagnoses
+    return [dataclasses.replace(diagnosis, notes=diagnosis.notes + (
+        "from the error a crash line names inline (its traceback is not in the log)",))] + diagnoses[1:]
 
 
 def _from_paste(lines: list[str], source: str, rules, context, assembled: bool = False):
