@@ -183,3 +183,27 @@ def test_the_first_error_line_beats_another_ranks_cut_off_traceback():
     [diagnosis] = diagnose_lines(log, "<log>", RULES, None)
     assert diagnosis.match.category == "other"
     assert diagnosis.crash.exception == "NameError"
+
+
+def test_other_ranks_collective_timeouts_after_a_ranks_own_error_are_its_echo():
+    log = ["[2026-01-01 10:00:00] The server is fired up and ready to roll!",
+           "[2026-01-01 10:05:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+           '  File "/usr/lib/python3/dist-packages/sglang/srt/managers/schedule_batch.py", line 300, in filter_batch',
+           "    keep = [i for i in keep_indices if self.reqs[i].finished() is False]",
+           "IndexError: list index out of range", "",
+           "[rank1]:[E1201 10:15:00.000000 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
+           "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600021 "
+           "milliseconds before timing out.",
+           "[2026-01-01 10:15:01] Received sigquit from a child process. It usually means the child failed."]
+    [diagnosis] = diagnose_lines(log, "<log>", RULES, None)
+    assert (diagnosis.match.category, diagnosis.crash.exception) == ("other", "IndexError")
+    assert len(diagnosis.crashes) == 2  # the timeout is kept in the incident, it just does not decide
+
+
+def test_a_collective_timeout_that_comes_first_still_decides():
+    log = ["[rank1]:[E1201 10:15:00.000000 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
+           "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600021 "
+           "milliseconds before timing out.",
+           "[2026-01-01 10:15:01] Received sigquit from a child process. It usually means the child failed."]
+    [diagnosis] = diagnose_lines(log, "<log>", RULES, None)
+    assert diagnosis.match.category == "nccl-error"

@@ -208,9 +208,31 @@ def _echo_test(crashes: tuple[Crash, ...]):
         secondary = ("connection" in evidence.exception_families or "warm-up" in evidence.frame_families
                      or "connection" in evidence.message_families and not evidence.message_families - {
                          "connection", "timeout"})
-        return secondary and any(other is not crash and other.kind in ("traceback", "error-line")
-                                 and (other.first_line or 0) <= (crash.first_line or 0) for other in causes)
+        if secondary and any(other is not crash and other.kind in ("traceback", "error-line")
+                             and (other.first_line or 0) <= (crash.first_line or 0) for other in causes):
+            return True
+        # When one rank dies the others wait on it in their next collective until NCCL's watchdog
+        # (or the store) gives up: a communication failure printed after another rank's own
+        # error, from another source or rank, is that error's echo.
+        if _communication_only(crash, evidence):
+            return any(other is not crash and other.kind == "traceback" and other.exception
+                       and (other.first_line or 0) < (crash.first_line or 0)
+                       and (other.rank != crash.rank or other.source != crash.source)
+                       and not _communication_only(other, None) for other in causes)
+        return False
     return echo
+
+
+def _communication_only(crash: Crash, evidence) -> bool:
+    """A crash that reports only a failed or timed-out collective (no error of its own)."""
+    if crash.kind == "nccl-watchdog":
+        return True
+    if evidence is None:
+        evidence = CrashView.of(crash).evidence
+        if evidence is None:
+            return False
+    families = evidence.message_families - {"timeout"}
+    return bool(families) and families <= {"comm-failure"}
 
 
 def _confidence(rule: Rule | None, match: RuleMatch, view: CrashView, ranked) -> float:
