@@ -149,6 +149,10 @@ PHRASINGS = [
  ("nccl-error", "[ERROR] RCCL error: unhandled system error"),
  ("port-in-use", "[2026-01-01 10:00:00] server_args=ServerArgs(model_path='/m')\n[2026-01-01 10:00:02] Exception in run_scheduler_process: zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:30001')"),
 
+ ("model-load-error", tb(MR+["sglang/srt/model_loader/loader.py:load_model","sglang/srt/models/qwen2_vl.py:load_weights"], "KeyError: 'visual.merger.mlp.0.weight_scale_inv'")),
+ ("model-load-error", tb(MR+["sglang/srt/model_loader/loader.py:load_model","torch/nn/modules/module.py:load_state_dict"], "RuntimeError: Error(s) in loading state_dict for EagleDraft: Missing key(s) in state_dict: \"fc.weight\"")),
+ ("model-load-error", tb(MR+["sglang/srt/model_loader/weight_utils.py:pt_weights_iterator","torch/serialization.py:load"], "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do so you have two options")),
+ ("port-in-use", "RuntimeError: Failed to start the metrics server: port 30001 already in use"),
 ]
 
 
