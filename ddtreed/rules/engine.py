@@ -218,8 +218,15 @@ def _echo_test(crashes: tuple[Crash, ...]):
             return any(other is not crash and other.kind == "traceback" and other.exception
                        and (other.first_line or 0) < (crash.first_line or 0)
                        and (other.rank != crash.rank or other.source != crash.source)
-                       and not _communication_only(other, None) for other in causes)
+                       and not own_error_is_communication(other) for other in causes)
         return False
+
+    verdicts: dict[int, bool] = {}
+
+    def own_error_is_communication(other: Crash) -> bool:
+        if id(other) not in verdicts:  # one evidence gathering per crash, not per pair
+            verdicts[id(other)] = _communication_only(other, None)
+        return verdicts[id(other)]
     return echo
 
 
