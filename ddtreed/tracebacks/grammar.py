@@ -65,8 +65,11 @@ FATAL_LINES = (
     ("fatal signal", re.compile(r"^(?P<message>Current thread 0x[0-9a-fA-F]+ \(most recent call first\):)$")),
     ("Memory access fault", re.compile(r"(?P<message>Memory access fault by GPU.*)$")),
     ("HSA error", re.compile(r"(?P<message>(?:HSA_STATUS_ERROR_\w+|hipError\w+)\b.*)$")),
-    ("bind error", re.compile(r"(?P<message>\[Errno 98\].*|.*error while attempting to bind on address.*"
-                              r"|.*(?:[Aa]ddress already in use|EADDRINUSE).*)$")),
+    ("bind error", re.compile(r"(?P<message>\[Errno 98\].*|.*error while attempting to bind on address.*)$")),
+    # The same outside a traceback in other words (an ERROR line, a C++ warning): never an
+    # exception line, which belongs to its traceback (or is a bare exception crash itself).
+    ("bind error", re.compile(r"^(?!\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b:)"
+                              r"(?P<message>.*(?:[Aa]ddress already in use|EADDRINUSE).*)$")),
     ("SWA Pool Mem Leak", re.compile(r"(?P<message>SWA Pool Mem Leak Detected!?.*)$")),
     ("KV pool", re.compile(r"(?P<message>max_total_tokens=\d+ is larger than the profiled value -\d+.*)$")),
     ("GPU hardware error", re.compile(
