@@ -120,13 +120,32 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
     if context is None:
         context = context_from_log(lines)
     diagnoses = [rules.diagnose(group, context) for group in assemble_lines(unreverse(lines), source)]
-    if not any(diagnosis.match.rule_id for diagnosis in diagnoses):
+    if not any(rules.decisive(diagnosis) for diagnosis in diagnoses):
         # Nothing assembled, or only crashes no rule knows (a paste cut before its exception
-        # line): the errors the text quotes may still say what failed.
-        pasted = _from_paste(lines, source, rules, context, assembled=bool(diagnoses))
-        if pasted is not None and (pasted.match.rule_id or not diagnoses):
+        # line) or knows only by shape: the errors the text quotes may still say what failed.
+        # A log the service wrote is mined only when no rule knew its crash at all.
+        named = any(diagnosis.match.rule_id for diagnosis in diagnoses)
+        pasted = _from_paste(lines, source, rules, context, assembled=bool(diagnoses) and not named)
+        if pasted is not None and (rules.decisive(pasted) or not named and (pasted.match.rule_id or not diagnoses)):
             diagnoses = [pasted] + diagnoses[1:]
+        elif named:
+            diagnoses = _announced(lines, source, rules, context, diagnoses)
     return diagnoses
+
+
+def _announced(lines: list[str], source: str, rules, context, diagnoses: list) -> list:
+    """A log whose crashes a rule knows only by shape (a process died): the errors its
+    crash-announcing lines name inline decide instead, when a rule knows them."""
+    from ..tracebacks.paste import announced_crashes
+
+    crashes = announced_crashes(lines, source)
+    if not crashes:
+        return diagnoses
+    diagnosis = rules.diagnose(crashes, context)
+    if not rules.decisive(diagnosis):
+        return diagnoses
+    return [dataclasses.replace(diagnosis, notes=diagnosis.notes + (
+        "from the error a crash line names inline (its traceback is not in the log)",))] + diagnoses[1:]
 
 
 def _from_paste(lines: list[str], source: str, rules, context, assembled: bool = False):

@@ -13,6 +13,9 @@ from .loader import parse_files, rule_files
 from .model import CrashView, Rule, RuleIndex
 
 UNKNOWN_CATEGORY = "unknown"
+# Rules at or below this priority only name the shape of a failure (a plain Python error in
+# SGLang code, a bare child death): any other reading of the same text outranks them.
+LAST_RESORT_PRIORITY = 1
 BUDGET_S = 2.0  # per distinct crash: past it, the best match so far decides (issue 16.3)
 
 
@@ -100,6 +103,11 @@ class RuleSet:
     def get(self, rule_id: str) -> Rule | None:
         return self._by_id.get(rule_id)
 
+    def decisive(self, diagnosis: "Diagnosis") -> bool:
+        """A diagnosis a real rule decided, not unknown and not a last-resort shape rule."""
+        rule = self._by_id.get(diagnosis.match.rule_id) if diagnosis.match.rule_id else None
+        return rule is not None and rule.priority > LAST_RESORT_PRIORITY
+
     def diagnose(self, crashes: tuple[Crash, ...], context: ServiceContext | None = None,
                  budget_s: float = BUDGET_S) -> Diagnosis:
         """The best rule match over all crashes of the group, or category `unknown`.
@@ -161,8 +169,10 @@ class RuleSet:
 
     def _score(self, match: RuleMatch | None, rule: Rule | None, crash: Crash) -> tuple:
         if match is None:
-            return (0, (), informativeness(crash))
-        return (1, self._rank(rule, match), informativeness(crash))
+            return (0, 0, (), informativeness(crash))
+        # A crash that printed its error line outranks a traceback cut off before it (another
+        # rank's copy of the same failure, trimmed): the stack alone says where, not what.
+        return (1, int(not _cut_off(crash)), self._rank(rule, match), informativeness(crash))
 
     def explain(self, crash: Crash, signature: Signature,
                 context: ServiceContext | None = None) -> list[Explanation]:
@@ -181,6 +191,10 @@ class RuleSet:
         return explanations
 
 
+def _cut_off(crash: Crash) -> bool:
+    return crash.kind == "traceback" and crash.exception is None and not crash.inner_message
+
+
 def _echo_test(crashes: tuple[Crash, ...]):
     """A predicate: is this crash an echo of another one in the group (not the first cause)?"""
     causes = [c for c in crashes if c.kind in ("traceback", "error-line", "nccl-watchdog", "watchdog-timeout")]
@@ -194,9 +208,38 @@ def _echo_test(crashes: tuple[Crash, ...]):
         secondary = ("connection" in evidence.exception_families or "warm-up" in evidence.frame_families
                      or "connection" in evidence.message_families and not evidence.message_families - {
                          "connection", "timeout"})
-        return secondary and any(other is not crash and other.kind in ("traceback", "error-line")
-                                 and (other.first_line or 0) <= (crash.first_line or 0) for other in causes)
+        if secondary and any(other is not crash and other.kind in ("traceback", "error-line")
+                             and (other.first_line or 0) <= (crash.first_line or 0) for other in causes):
+            return True
+        # When one rank dies the others wait on it in their next collective until NCCL's watchdog
+        # (or the store) gives up: a communication failure printed after another rank's own
+        # error, from another source or rank, is that error's echo.
+        if _communication_only(crash, evidence):
+            return any(other is not crash and other.kind == "traceback" and other.exception
+                       and (other.first_line or 0) < (crash.first_line or 0)
+                       and (other.rank != crash.rank or other.source != crash.source)
+                       and not own_error_is_communication(other) for other in causes)
+        return False
+
+    verdicts: dict[int, bool] = {}
+
+    def own_error_is_communication(other: Crash) -> bool:
+        if id(other) not in verdicts:  # one evidence gathering per crash, not per pair
+            verdicts[id(other)] = _communication_only(other, None)
+        return verdicts[id(other)]
     return echo
+
+
+def _communication_only(crash: Crash, evidence) -> bool:
+    """A crash that reports only a failed or timed-out collective (no error of its own)."""
+    if crash.kind == "nccl-watchdog":
+        return True
+    if evidence is None:
+        evidence = CrashView.of(crash).evidence
+        if evidence is None:
+            return False
+    families = evidence.message_families - {"timeout"}
+    return bool(families) and families <= {"comm-failure"}
 
 
 def _confidence(rule: Rule | None, match: RuleMatch, view: CrashView, ranked) -> float:

@@ -64,7 +64,8 @@ FRAME_FAMILIES: dict[str, str] = {
 EXCEPTION_FAMILIES: dict[str, tuple[str, ...]] = {
     "oom": ("OutOfMemoryError",),
     "comm": ("DistBackendError", "DistNetworkError", "DistError", "DistStoreError", "NCCLError",
-             "NcclError", "GlooError"),
+             "NcclError", "GlooError", "RendezvousTimeoutError", "RendezvousError", "RendezvousClosedError",
+             "HcclError", "KVTransferError"),
     "import": ("ImportError", "ModuleNotFoundError"),
     "connection": ("ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "MaxRetryError",
                    "NewConnectionError", "ReadTimeout", "ConnectTimeout", "RemoteDisconnected",
@@ -88,7 +89,9 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"|must have the same shape|does not match the (?:shape|size)|incompatible shapes?|shape \[[^\]]*\] .{0,20}"
         r"(?:does not match|!=)|mismatch(?:ed)? (?:in )?(?:shape|size|dimension)"),
     "oom": (r"(?i:out of memory)|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
-            r"|hipErrorOutOfMemory|Tried to allocate \d|(?i:insufficient (?:gpu )?memory)"),
+            r"|hipErrorOutOfMemory|Tried to allocate \d|(?i:insufficient (?:gpu )?memory)|CUDA_ERROR_OUT_OF_MEMORY"
+            r"|[Ff]ailed to allocate (?:device |GPU |CUDA )?memory|cudaMalloc(?:Async)? (?:failed|error)|AlignedAllocator"
+            r"|\bOOM(?:s|ed)?\b(?:[^ ]| [^k]|$)"),
     "kv-pool": (r"KV cache pool|no GPU memory for the KV cache|increase --mem-fraction-static|token_to_kv_pool"
                 r"|(?:Prefill|Decode) out of memory|max_total_num_tokens|KV cache is full|not enough (?:space|memory)"
                 r" for (?:the )?KV"),
@@ -97,7 +100,8 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"|ProcessGroup|DeepEP|deep_ep|NVSHMEM|nvshmem|Watchdog caught collective|[Hh]eartbeat monitor"
         r"|collective operation|all_?reduce|all_?gather|broadcast (?:failed|timed out)|mooncake|RDMA|ibv_"
         r"|[Ss]ocket (?:timeout|error)|Connection reset by peer|Broken pipe|store_based_barrier"
-        r"|waiting for clients|clients joined|[Ff]ailed to recv|rendezvous"),
+        r"|waiting for clients|clients joined|[Ff]ailed to recv|rendezvous|\b[HR]CCL\b|\bhccl|NIXL|\bnixl|\bUCX\b"
+        r"|(?i:socket (?:timeout|has timed out|closed))|store->get|Rendezvous\w*Error"),
     "kernel-build": (
         r"ptxas|nvcc|ninja|CompilationError|[Tt]riton (?:Error|compil)|JIT (?:compil|build)"
         r"|no kernel image is available|invalid device function|hipErrorInvalidDeviceFunction|sgl_kernel"
@@ -108,18 +112,21 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"illegal memory access|misaligned address|illegal instruction|Memory access fault by GPU"
         r"|device-side assert|unspecified launch failure|HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION"
         r"|HSA_STATUS_ERROR_EXCEPTION|page fault|cudaErrorIllegal\w+|(?:IndexKernel|Indexing|ScatterGatherKernel)\.cu"
-        r"|cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED"),
+        r"|cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED"
+        r"|(?i:out of bounds? tensor access)|index out of bounds"),
     "missing-module": (r"No module named|cannot import name|ModuleNotFoundError|is not installed|No package metadata was found"
+                       r"|is installed with version \S+, which is less than the minimum required"
+                       r"|(?:minimum|min) required version"
                        r"|PackageNotFoundError|distribution was not found and is required"
-                       r"|[Pp]lease install \w|requires the \w+ (?:package|library)"),
-    "port-in-use": r"[Aa]ddress already in use|Errno 98|EADDRINUSE|[Pp]ort \d+ is (?:already )?(?:in use|occupied)"
-                   r"|attempting to bind on address",
+                       r"|[Pp]lease install \w|requires the \w+ (?:package|library)|\bpip3? install [\w\[-]"),
+    "port-in-use": r"[Aa]ddress (?:already )?in use|Errno 98|errno: 98|EADDRINUSE|[Pp]ort \d+ is (?:already )?(?:in use|occupied)"
+                   r"|attempting to bind on address|Only one usage of each socket address|WinError 10048",
     "fatal-signal": r"Segmentation fault|SIGSEGV|SIGABRT|SIGBUS|SIGILL|SIGFPE|Fatal Python error|core dumped"
                     r"|double free or corruption|free\(\): invalid|malloc\(\): |corrupted size vs\. prev_size"
                     r"|[Cc]aught signal \d+|signal 11\b|Bus error",
     "gpu-hardware": r"\bXid\b|[Uu]ncorrectable ECC|ECC error|fallen off the bus|cudaErrorECCUncorrectable"
                     r"|GPU is lost|uncorrectable (?:NVLink|memory) error|row remapping failure",
-    "no-gpu": r"no CUDA-capable device|NVIDIA driver|CUDA driver (?:initialization|version)|NVML|NVIDIA-SMI has failed"
+    "no-gpu": r"no CUDA-capable device|No (?:CUDA|HIP|ROCm) GPUs are available|busy or unavailable|cudaErrorNoDevice|NVIDIA driver|CUDA driver (?:initialization|version)|NVML|NVIDIA-SMI has failed"
               r"|invalid device ordinal|No accelerator|Torch not compiled with CUDA|system not yet initialized",
     "timeout": r"(?i:timed out|timeout)",
     "config": (r"requires (?:setting )?--[\w-]+|(?:must|should) be (?:set|used|enabled) (?:with|when|together with) --"
@@ -129,6 +136,7 @@ MESSAGE_FAMILIES: dict[str, str] = {
     "connection": r"Connection refused|Max retries exceeded|Failed to establish a new connection"
                   r"|RemoteDisconnected|Cannot connect to host",
     "graph-capture": r"Capture [\w ]*graph failed|[Cc]apturing|graph capture|cudaErrorStreamCapture\w*|piecewise"
+                     r"|disable (?:CUDA|cuda) graph by --disable-cuda-graph|set --cuda-graph-max-bs to a smaller value"
                      r"|[Pp]iecewise[ _]cuda[ _]graph|captures_underway"
                      r"|operation not permitted when stream is capturing|stream is capturing",
 }
@@ -251,7 +259,12 @@ def gather(crash: Crash, errors, frames: Iterable[str]) -> CrashEvidence:
     frame_families: set[str] = set()
     innermost = [f"{f.module}:{f.function}" for f in crash.frames[-3:]]
     module_level = [i for i, frame in enumerate(innermost) if frame.endswith(":<module>")]
-    if module_level and not any(frame.startswith("sglang/") for frame in innermost[module_level[-1] + 1:]):
+    # A module-level frame that is the outermost frame of the stack, in a file outside any
+    # installed package, is the entry script itself (a client's main program), not a module
+    # some import reached.
+    imported = bool(module_level) and (len(crash.frames) - len(innermost) + module_level[-1] > 0
+                                       or not innermost[module_level[-1]].startswith("/"))
+    if imported and not any(frame.startswith("sglang/") for frame in innermost[module_level[-1] + 1:]):
         # It failed while a module was being imported (in the import itself or in the
         # dependency code the import ran), not in a function the entry point called.
         frame_families.add("import")

@@ -66,6 +66,10 @@ FATAL_LINES = (
     ("Memory access fault", re.compile(r"(?P<message>Memory access fault by GPU.*)$")),
     ("HSA error", re.compile(r"(?P<message>(?:HSA_STATUS_ERROR_\w+|hipError\w+)\b.*)$")),
     ("bind error", re.compile(r"(?P<message>\[Errno 98\].*|.*error while attempting to bind on address.*)$")),
+    # The same outside a traceback in other words (an ERROR line, a C++ warning): never an
+    # exception line, which belongs to its traceback (or is a bare exception crash itself).
+    ("bind error", re.compile(r"^(?!\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b:)"
+                              r"(?P<message>.*(?:[Aa]ddress already in use|EADDRINUSE).*)$")),
     ("SWA Pool Mem Leak", re.compile(r"(?P<message>SWA Pool Mem Leak Detected!?.*)$")),
     ("KV pool", re.compile(r"(?P<message>max_total_tokens=\d+ is larger than the profiled value -\d+.*)$")),
     ("GPU hardware error", re.compile(
@@ -74,7 +78,7 @@ FATAL_LINES = (
     ("fatal signal", re.compile(
         r"(?P<message>(?:Segmentation fault|Bus error|Aborted)(?: \(core dumped\))?|"
         r"(?:\*\*\* Error in `[^`]*': )?(?:double free or corruption|free\(\): invalid \w+|corrupted size vs\. prev_size)\b.*|"
-        r".*\*\*\* (?:SIGSEGV|SIGABRT|SIGBUS|SIGFPE|SIGILL)\b.*|.*[Cc]aught signal \d+ \(\w.*)$")),
+        r".*\*\*\* (?:SIGSEGV|SIGABRT|SIGBUS|SIGFPE|SIGILL)\b.*|.*[Cc]aught signal \d+ \(\w.*|.*Segfault encountered.*)$")),
     ("TCPStore", re.compile(r"(?P<message>.*TCPStore\b.*(?:[Bb]roken pipe|[Cc]onnection (?:reset|refused)|"
                             r"failed|timed out|[Tt]imeout).*)$")),
     ("NCCL watchdog", re.compile(r"(?P<message>.*(?:watchdog got stuck|Watchdog caught collective operation "
@@ -82,8 +86,8 @@ FATAL_LINES = (
 )
 FATAL_NEEDLES = ("Fatal Python error", "Current thread 0x", "the profiled value -", "double free or corruption",
                  "free(): invalid", "corrupted size vs. prev_size", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
-                 "attempting to bind on address", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
-                 "fallen off the bus", "Segmentation fault", "*** SIG", "TCPStore", "NCCL's watchdog got stuck",
+                 "attempting to bind on address", "ddress already in use", "EADDRINUSE", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
+                 "fallen off the bus", "Segmentation fault", "Segfault encountered", "*** SIG", "TCPStore", "NCCL's watchdog got stuck",
                  "Heartbeat monitor timed out", "Caught signal", "Watchdog caught collective")
 # argparse's last line: `sglang serve: error: unrecognized arguments: --x` (exit 2, no traceback).
 ARGPARSE_ERROR = re.compile(

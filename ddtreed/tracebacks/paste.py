@@ -14,10 +14,11 @@ import re
 from ..records import Crash, Frame
 from . import grammar
 
-# `torch.OutOfMemoryError: CUDA out of memory …` anywhere in a line (inside backticks, after prose).
+# `torch.OutOfMemoryError: CUDA out of memory …` anywhere in a line (inside backticks, after prose);
+# also the exceptions whose names say neither Error nor Exception (dynamo's `Unsupported`).
 _MENTION = re.compile(
     r"(?<![\w.])(?P<type>(?:[A-Za-z_]\w*\.){0,4}(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning)|Exception)"
-    r"|c10::\w+|AssertionError)(?:\((?P<args>[^()\n]{0,200})\))?(?::[ \t]*(?P<message>[^\n`]{0,1500}))?")
+    r"|c10::\w+|AssertionError|(?:[A-Za-z_]\w*\.){1,4}Unsupported|(?:[A-Za-z_]\w*\.){0,4}(?:BackendCompilerFailed|OutOfResources))(?:\((?P<args>[^()\n]{0,200})\))?(?::[ \t]*(?P<message>[^\n`]{0,1500}))?")
 _TAGGED = re.compile(r"\s*\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 MAX_CANDIDATES = 8
 MAX_TEXT = 16_384
@@ -52,6 +53,34 @@ def looks_like_log(lines: list[str]) -> bool:
     if tagged >= 20 or any("server_args=ServerArgs(" in line for line in body[:400]):
         return True
     return tagged >= 0.6 * len(body)
+
+
+# A line that announces a crash and names its error inline, its traceback not printed or not
+# pasted: `Scheduler hit an exception: torch.OutOfMemoryError: …`, torch's C++ watchdog
+# `… Process group watchdog thread terminated with exception: CUDA error: …`.
+_ANNOUNCED = re.compile(r"(?:hit an exception|terminated with exception|raised an exception|[Ee]xception in [\w.]+):"
+                        r"\s*(?P<rest>\S.*)$")
+
+
+def announced_crashes(lines: list[str], source: str = "<log>") -> tuple[Crash, ...]:
+    """The errors a log names on its crash-announcing lines (no traceback under them), first
+    first: for a log whose assembled crashes only say that a process died."""
+    found: list[Crash] = []
+    for number, raw in enumerate(lines, 1):
+        if "xception" not in raw:
+            continue
+        line = grammar.strip_ansi(raw).strip()
+        announced = _ANNOUNCED.search(line)
+        if not announced or announced.group("rest").startswith(grammar.TRACEBACK_HEADER):
+            continue
+        rest = announced.group("rest")
+        mention = _MENTION.match(rest)
+        exception, message = (mention.group("type"), (mention.group("message") or "").strip()) if mention else (None, rest)
+        found.append(Crash(kind="traceback", exception=exception, message=message[:1500], source=source,
+                           first_line=number, last_line=number, excerpt=(raw,)))
+        if len(found) >= MAX_CANDIDATES:
+            break
+    return tuple(found)
 
 
 def paste_crashes(lines: list[str], source: str = "<paste>", force: bool = False) -> tuple[Crash, ...]:
