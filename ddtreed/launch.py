@@ -103,6 +103,9 @@ class Supervisor:
         # Python's own stack dump on fatal signals (SIGABRT from a C++ abort, SIGSEGV): evidence
         # in the log, and the last fallback for a hung scheduler's stacks (serving.hang_evidence).
         env.setdefault("PYTHONFAULTHANDLER", "1")
+        # SGLang's children rename themselves with setproctitle, which overwrites /proc/PID/environ
+        # unless SPT_NOENV is set: the token would vanish from the only place a later daemon reads it.
+        env["SPT_NOENV"] = "1"
         self.process = self.host.spawn(self.argv, env, self.config.service.cwd, *self.log_paths)
         self._exit_logged = False
         self.stop_requested = False
