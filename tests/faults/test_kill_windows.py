@@ -9,7 +9,10 @@ daemon and real processes, and let ddtreed alone clean up:
   while no ddtreed watched: setproctitle overwrites `/proc/PID/environ` unless `SPT_NOENV` is
   set, so the token that ties the orphan to its service is gone from the one place it is read;
 - a launcher still forking workers while the next daemon's recovery sweeps its session: children
-  forked after the sweep listed the session outlive it.
+  forked after the sweep listed the session outlive it;
+- a kill between the spawn of the patched relaunch and the record of its pid and token (the
+  `DDTREED_KILL_AT=launch:spawned#2` hook, ddtreed/killpoint.py): the record names the founding
+  launch, dead already; only the state dir in the relaunch's environment finds it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import psutil
 import pytest
 from hostile import DaemonProcess, free_port, wait_for
 
-from ddtreed._proctree import token_holders
+from ddtreed._proctree import STATE_DIR_VARIABLE, TOKEN_VARIABLE, token_holders
+from ddtreed.incidents import Store, database_path
 from ddtreed.status import read_status
 
 SERVICE = Path(__file__).resolve().parent / "sglang_tree_service.py"
@@ -125,4 +129,34 @@ def test_launcher_forking_while_recovery_sweeps_leaves_no_child(tmp_path):
     assert left == [], f"{len(left)} processes of the killed daemon's service outlived the next daemon"
     assert second.events("leftover_service_stopped")
     assert not second.events("leftover_service_survived")
+    assert code == 0
+
+
+@pytest.mark.slow
+def test_kill_between_the_relaunch_spawn_and_its_record(tmp_path):
+    directory = tmp_path / "run"
+    config = fast_service.write_config(directory, port=free_port())  # the founding crash, then the patch
+    state_dir = directory / "state"
+    first = DaemonProcess(config, tmp_path / "daemon1.jsonl", env={"DDTREED_KILL_AT": "launch:spawned#2"})
+    relaunch = []
+    try:
+        assert first.process.wait(90) == -signal.SIGKILL  # the hook: right after the second spawn
+        first.kill()
+        relaunch = [process for process in psutil.process_iter(["cmdline", "environ"])
+                    if str(directory.resolve()) in " ".join(process.info["cmdline"] or ())]
+        assert len(relaunch) == 1, "the patched relaunch must be running when its daemon died"
+        record = read_status(state_dir)
+        environ = relaunch[0].info["environ"]
+        assert environ[TOKEN_VARIABLE] != record.service_token, "the kill must precede the token's record"
+        assert environ[STATE_DIR_VARIABLE] == str(state_dir.resolve())
+        code, second = _second_daemon_serves_and_stops(config, state_dir, tmp_path / "daemon2.jsonl")
+        survived = _alive(relaunch[0].pid)
+    finally:
+        _kill_all([process.pid for process in relaunch], first)
+    assert not survived, "the relaunch spawned just before the kill outlived the next daemon"
+    found = [record["found_by"] for record in second.events("leftover_service_stopped")]
+    assert found == ["state dir or port"], found
+    with Store(database_path(state_dir)) as store:
+        incidents = store.list_incidents(limit=50)
+    assert not [i for i in incidents if i["category"] == "port-in-use" or i["status"] == "open"], incidents
     assert code == 0
