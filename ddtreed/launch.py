@@ -11,6 +11,7 @@ from typing import Callable
 
 import structlog
 
+from . import killpoint
 from ._proctree import TOKEN_VARIABLE
 from .config import Config
 from .host import Host, LocalHost, LocalProcess, Process
@@ -103,7 +104,11 @@ class Supervisor:
         # Python's own stack dump on fatal signals (SIGABRT from a C++ abort, SIGSEGV): evidence
         # in the log, and the last fallback for a hung scheduler's stacks (serving.hang_evidence).
         env.setdefault("PYTHONFAULTHANDLER", "1")
+        # SGLang's children rename themselves with setproctitle, which overwrites /proc/PID/environ
+        # unless SPT_NOENV is set: the token would vanish from the only place a later daemon reads it.
+        env["SPT_NOENV"] = "1"
         self.process = self.host.spawn(self.argv, env, self.config.service.cwd, *self.log_paths)
+        killpoint.reached("launch:spawned")  # test hook: the window before the pid and token are recorded
         self._exit_logged = False
         self.stop_requested = False
         self._next_rotate_check = self._clock() + self.rotate_check_s

@@ -86,16 +86,38 @@ def stop_leftover_service(host: Host, state_dir: str, previous: DaemonStatus | N
     tokens = ({recorded} if recorded else set()) | set(host.leftover_tokens(str(state_dir), port))
     survived = False
     for token in sorted(token for token in tokens if host.token_holders(token)):
-        killed = host.sweep_token(token, CHILD_NAME_PATTERNS)
+        killed, left = sweep_until_gone(host, token)
         log.warning("leftover_service_stopped", pids=killed,
                     found_by="record" if token == recorded else "state dir or port",
                     previous_daemon_pid=previous.pid if previous is not None else None,
                     hint="the previous ddtreed died without stopping its service")
-        if host.token_holders(token):
+        if left:
             survived = True
-            log.error("leftover_service_survived", pids=host.token_holders(token),
+            log.error("leftover_service_survived", pids=left,
                       hint="processes survived SIGKILL (uninterruptible sleep in a driver?)")
     return survived
+
+
+SWEEP_ROUNDS = 50  # bounds a tree that keeps forking; each round kills what the one before missed
+
+
+def sweep_until_gone(host: Host, token: str) -> tuple[list[int], list[int]]:
+    """Sweep the token's tree until no process carries the token: (pids killed, pids left).
+
+    One sweep lists the sessions' processes, then kills them: a launcher still starting workers
+    forks children after the list was taken, and those outlive the sweep (holding the port they
+    inherited). Rounds repeat while a round still finds processes it had not killed before;
+    processes that survive SIGKILL itself (a driver call) end the rounds at once.
+    """
+    killed: set[int] = set()
+    left: list[int] = []
+    for _ in range(SWEEP_ROUNDS):
+        new = set(host.sweep_token(token, CHILD_NAME_PATTERNS)) - killed
+        killed |= new
+        left = host.token_holders(token)
+        if not left or not new:
+            break
+    return sorted(killed), left
 
 
 def _note(store, incident_id: int, sentence: str, application_id: str | None, reverted: bool = True) -> None:

@@ -1,5 +1,19 @@
-"""Issue 16, item 1's proof: SIGKILL `ddtreed run` at random moments while it supervises a live
-service, start a new `ddtreed run` on the same state dir, and let ddtreed alone clean up.
+"""Issue 16, item 1's proof: SIGKILL `ddtreed run` at each step of a crash → diagnosis → patch →
+restart → verify → serving cycle, start a new `ddtreed run` on the same state dir, and let ddtreed
+alone clean up.
+
+Kill points are events, never delays: each trial waits for one event of the first daemon (its JSON
+log, or its status file for "serving") and SIGKILLs it the moment it sees it, so every step of the
+cycle gets its share of the 50 trials on any machine; how long the poll takes to notice the event
+only moves the kill a little further into the step. Windows between two log lines are hit by a
+test hook instead, where the daemon SIGKILLs itself: the patch engine's steps
+(`DDTREED_REMEDIATION_KILL_AT`) and the relaunch spawned before its pid and token are recorded
+(`DDTREED_KILL_AT=launch:spawned#2`, ddtreed/killpoint.py).
+
+History: before item 1's recovery fix 6 of 8 trials left the killed daemon's service running. A
+later "1 lost leftover in ~104 trials" (the kept trial: a kill during the patched relaunch's
+verification, not found by the next daemon) ran on a build without that fix: its state dir has no
+ddtreed.lock, which every daemon since the one-daemon lock (95c217d, just before the fix) leaves.
 
 Unlike tests/test_faults_kill.py, the harness kills no service itself: whatever the killed daemon
 left running must be found and stopped by the new daemon's recovery. Each trial then checks what
@@ -13,11 +27,10 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import sqlite3
-import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import fast_service
@@ -33,9 +46,45 @@ from ddtreed.status import read_status
 
 TRIALS = int(os.environ.get("DDTREED_KILL_TRIALS", "50"))
 WORKERS = 4  # trials mostly wait (probes, settle windows): four at a time fit two cores
-SEED = int(os.environ.get("DDTREED_KILL_SEED", "16"))
 PATCH = "ddtree-verify-graph-width"
-ONE_CYCLE_S = 4.0  # kill points after the first launch: crash, diagnosis, patch, restart, verify, serving
+SERVING = "serving"  # the kill point read from the status file: verified, state `running`
+
+
+@dataclass(frozen=True)
+class KillPoint:
+    """SIGKILL the first daemon when its log holds the `nth` `event` (with `field` = `value`)."""
+
+    name: str
+    event: str
+    nth: int = 1
+    field: str | None = None
+    value: str | None = None
+    service_live: bool = False  # the service runs by then, whatever the timing: it must be left running
+    hook: str | None = None  # instead `VARIABLE=STEP`: the daemon SIGKILLs itself at a test hook's step
+
+
+# The cycle's steps in order (tests/programs/fast_service.py: the founding launch crashes, the
+# patched relaunch serves).
+KILL_POINTS = (
+    KillPoint("founding launch spawned (pid and token being recorded)", "service.started"),
+    KillPoint("founding launch loading", "startup.milestone", field="milestone", value="weights-loading"),
+    KillPoint("crash seen, nothing recorded", "service.stopping", field="reason", value="crash"),
+    KillPoint("crashed tree stopped, no incident yet", "service.stopped"),
+    KillPoint("incident open, no fix yet", "incident_opened"),
+    # the engine's own steps while applying the patch (ddtreed/remediation/engine.py)
+    *(KillPoint(f"applying the patch: {step}", "", hook=f"DDTREED_REMEDIATION_KILL_AT={step}")
+      for step in ("apply:backups", "apply:journal", "apply:write:0", "apply:recorded")),
+    KillPoint("patch written, service down", "remediation_applied"),
+    KillPoint("patched relaunch spawned, its pid and token not recorded", "",
+              hook="DDTREED_KILL_AT=launch:spawned#2", service_live=True),  # ddtreed/killpoint.py
+    KillPoint("patched relaunch spawned (pid and token being recorded)", "service.started", nth=2,
+              service_live=True),
+    KillPoint("patched relaunch ready, probes under way", "startup.milestone", field="milestone", value="ready",
+              service_live=True),
+    KillPoint("verification window", "watching_for_recurrence", service_live=True),
+    KillPoint("fix verified", "incident_resolved", service_live=True),
+    KillPoint("serving", SERVING, service_live=True),
+)
 
 
 def _service_processes(directory: Path) -> list[psutil.Process]:
@@ -48,6 +97,17 @@ def _service_processes(directory: Path) -> list[psutil.Process]:
             if "ddtreed" not in cmdline:  # not a daemon (`python -m ddtreed run …`)
                 found.append(process)
     return found
+
+
+def _still_running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    alive = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
 
 
 def _settled(state_dir: Path, daemon: DaemonProcess) -> bool:
@@ -74,22 +134,34 @@ def _torn(directory: Path, state_dir: Path, pre: bytes, post: bytes) -> list[str
     return problems
 
 
-def _trial(root: Path, index: int, kill_after: float, pre: bytes, post: bytes) -> dict:
+def _reached(daemon: DaemonProcess, state_dir: Path, point: KillPoint) -> bool:
+    if point.event == SERVING:
+        status = read_status(state_dir)
+        return status is not None and status.pid == daemon.pid and status.state == "running"
+    seen = [record for record in daemon.events(point.event)
+            if point.field is None or record.get(point.field) == point.value]
+    return len(seen) >= point.nth
+
+
+def _trial(root: Path, index: int, point: KillPoint, pre: bytes, post: bytes) -> dict:
     directory = root / f"trial{index}"
     directory.mkdir(parents=True)
     marks = directory / "service-events.txt"
     config = fast_service.write_config(directory, port=free_port(), extra_args=("--events", str(marks)))
     state_dir = directory / "state"
-    first = DaemonProcess(config, directory / "daemon1.jsonl")
-    # Counted from the first launch, not from the daemon's start: a loaded box can take seconds
-    # to import, and every kill must land while ddtreed supervises a live service.
-    wait_for(lambda: first.has("service.started") or first.process.poll() is not None, 60,
-             what=f"trial {index}: the first daemon to launch its service")
-    time.sleep(kill_after)  # the kill point itself; nothing is asserted after this wait
+    first = DaemonProcess(config, directory / "daemon1.jsonl",
+                          env=dict([point.hook.split("=", 1)]) if point.hook else None)
+    problems = []
+    try:  # the kill point: an event of the first daemon, however long a loaded box takes to reach it
+        wait_for(lambda: first.process.poll() is not None or (not point.hook and _reached(first, state_dir, point)),
+                 90, what=f"trial {index}: the first daemon to reach '{point.name}'")
+        if first.process.poll() not in (None, -signal.SIGKILL if point.hook else None):
+            problems.append(f"the first daemon exited ({first.process.returncode}) before '{point.name}'")
+    except AssertionError as error:
+        problems.append(str(error))
     first.kill()  # SIGKILL the daemon only: its service, in its own session, lives on
     left_running = len(_service_processes(directory))
     second = DaemonProcess(config, directory / "daemon2.jsonl")
-    problems = []
     try:
         wait_for(lambda: _settled(state_dir, second), 60, what="the new daemon to settle")
         served = read_status(state_dir).state == "running"
@@ -102,14 +174,17 @@ def _trial(root: Path, index: int, kill_after: float, pre: bytes, post: bytes) -
         problems.append(str(error))
         code = None
     survivors = _service_processes(directory)
-    if survivors:  # a stop has no grace period left once ddtreed exited; allow scheduling only
-        time.sleep(1.0)
-        survivors = [process for process in survivors if process.is_running()
-                     and process.status() != psutil.STATUS_ZOMBIE]
+    if survivors:  # a SIGKILL sent just before ddtreed exited may not have been scheduled yet
+        try:
+            wait_for(lambda: not _still_running(survivors), 5.0, what="the killed service processes to go")
+        except AssertionError:
+            pass
+        survivors = _still_running(survivors)
     with Store(database_path(state_dir)) as store:
         incidents = store.list_incidents(limit=200)
     crashes = sum(1 for line in marks.read_text().splitlines() if line.startswith("exit ")) if marks.exists() else 0
-    return {"index": index, "kill_after": round(kill_after, 2), "left_running": left_running,
+    return {"index": index, "kill_point": point.name, "service_live": point.service_live,
+            "left_running": left_running, "stopped_by_recovery": bool(second.events("leftover_service_stopped")),
             "orphans": [process.pid for process in survivors], "served": served, "exit_code": code,
             "crashes": crashes, "incidents": [(i["id"], i["status"], i["category"]) for i in incidents],
             "torn": _torn(directory, state_dir, pre, post), "problems": problems}
@@ -123,8 +198,7 @@ def trials(tmp_path_factory) -> list[dict]:
     pre = fast_service.engine_file(calibration).read_bytes()
     engine = Engine(LocalHost(), str(calibration / "state"), load_remediations([shipped("remediations")]))
     post = engine.plan(PATCH, site_packages=str(calibration / "site-packages")).files[0].after
-    chooser = random.Random(SEED)
-    points = [chooser.uniform(0.0, ONE_CYCLE_S) for _ in range(TRIALS)]
+    points = [KILL_POINTS[index % len(KILL_POINTS)] for index in range(TRIALS)]
     results: list[dict] = []
     try:
         with ThreadPoolExecutor(WORKERS) as pool:
@@ -141,6 +215,7 @@ def trials(tmp_path_factory) -> list[dict]:
             except (ProcessLookupError, PermissionError):
                 pass
     summary = {"trials": len(results), "kills_with_service_live": sum(1 for t in results if t["left_running"]),
+               "stopped_by_recovery": sum(1 for t in results if t["stopped_by_recovery"]),
                "orphans": sum(len(t["orphans"]) for t in results),
                "open_incidents": sum(1 for t in results for i in t["incidents"] if i[1] == "open"),
                "torn": sum(len(t["torn"]) for t in results), "not_serving": sum(1 for t in results if not t["served"])}
@@ -148,45 +223,39 @@ def trials(tmp_path_factory) -> list[dict]:
     return results
 
 
-# Before item 1's recovery fix 6 of 8 trials left the killed daemon's service running, holding the
-# port. With it, 2 runs of 50 trials passed and a third lost one service (1 in ~104 trials: a kill
-# while a patched relaunch was being verified; the new daemon found the leftover neither by record
-# nor by environment and reverted the patch under it). Until that cause is found this stays an
-# expected failure that is reported (xfail/XPASS in the summary), not a gate.
-needs_recovery = pytest.mark.xfail(reason="1 lost leftover in ~104 kill trials (issue 16 item 1, open)",
-                                   strict=False)
-
-
 def _failed(trial: dict) -> bool:
     return bool(trial["orphans"] or trial["torn"] or trial["problems"] or trial["exit_code"] != 0
-                or any(status == "open" for _, status, _ in trial["incidents"]))
+                or any(status == "open" for _, status, _ in trial["incidents"])
+                or (trial["service_live"] and not (trial["left_running"] and trial["stopped_by_recovery"])))
 
 
 def _where(trial: dict) -> str:
-    return f"trial {trial['index']} (killed after {trial['kill_after']}s)"
+    return f"trial {trial['index']} (killed at '{trial['kill_point']}')"
 
 
 @pytest.mark.slow
-@needs_recovery
 def test_kill_trials_all_ran(trials):
     assert len(trials) == TRIALS, f"stopped after {len(trials)} of {TRIALS} trials at the first failure"
+    assert {trial["kill_point"] for trial in trials} == {point.name for point in KILL_POINTS[:TRIALS]}
 
 
 @pytest.mark.slow
-@needs_recovery
 def test_kill_trials_leave_no_orphan(trials):
-    assert any(trial["left_running"] for trial in trials), "no kill landed while the service ran"
+    # A kill after the patched relaunch started always leaves it running: recovery must have met it.
+    unmet = [(_where(t), t["left_running"]) for t in trials
+             if t["service_live"] and not (t["left_running"] and t["stopped_by_recovery"])]
+    assert unmet == [], "the killed daemon's live service was not stopped by the next daemon's recovery"
     orphaned = [(_where(t), t["orphans"]) for t in trials if t["orphans"]]
     assert orphaned == [], f"{len(orphaned)} of {len(trials)} trials left the service running"
 
 
 @pytest.mark.slow
-@needs_recovery
 def test_kill_trials_lose_no_incident_and_leave_none_open(trials):
     problems = []
     for trial in trials:
-        if trial["crashes"] and not trial["incidents"]:
-            problems.append(f"{_where(trial)}: {trial['crashes']} crashes, no incident")
+        founding = [i for i in trial["incidents"] if i[2] == "cuda-graph-shape-mismatch"]
+        if trial["crashes"] and not founding:
+            problems.append(f"{_where(trial)}: {trial['crashes']} crashes, no incident of the founding crash")
         still_open = [i for i in trial["incidents"] if i[1] == "open"]
         if still_open:
             problems.append(f"{_where(trial)}: left open {still_open}")
@@ -197,7 +266,6 @@ def test_kill_trials_lose_no_incident_and_leave_none_open(trials):
 
 
 @pytest.mark.slow
-@needs_recovery
 def test_kill_trials_tear_no_file_and_end_serving(trials):
     torn = [(_where(t), t["torn"]) for t in trials if t["torn"]]
     assert torn == []

@@ -44,11 +44,11 @@ class DaemonProcess:
         return bool(self.events(name))
 
     def kill(self) -> None:
-        """SIGKILL the daemon only (its service lives in its own session and survives it)."""
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """SIGKILL the daemon only (its service lives in its own session and survives it).
+
+        Through the Popen handle: once the daemon is reaped (it killed itself at a test hook) its
+        pid may be reused, and a bare os.kill would hit a stranger."""
+        self.process.kill()  # a no-op once the daemon's exit status was collected
         self.process.wait(10)
         self._out.close()
 
@@ -59,7 +59,7 @@ class DaemonProcess:
             code = self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"ddtreed pid {self.pid} ignored SIGTERM for {timeout}s")
+            raise AssertionError(f"ddtreed pid {self.pid} ignored SIGTERM for {timeout}s") from None
         self._out.close()
         return code
 
