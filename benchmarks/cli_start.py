@@ -5,8 +5,11 @@ process each (the installed `ddtreed` script runs the same `ddtreed.cli:main`), 
 daemon-state.json of a live pid (this one) and an incident database with 100 incidents written by
 the real `Store`. Baseline from the same run: the bare interpreter (`python -c pass`) and
 `python -c "import argparse, json, sqlite3"` (what any CLI of this kind needs). `python -X importtime`
-of each command gives the top contributors (cumulative µs of each top-level module imported by
-ddtreed). `--runs` runs each; prints ONE JSON object.
+of each command gives the top contributors (cumulative ms of each top-level module imported by
+ddtreed). For each command: wall time and CPU time (user + sys of the child, from its rusage:
+what the command costs, apart from its wait for a core on a loaded box). `--before-rev REV`
+also times the code at REV (a git worktree) in the same run, interleaved. `--runs` runs each,
+round robin; prints ONE JSON object.
 """
 
 from __future__ import annotations
