@@ -22,6 +22,7 @@ from .config import Config, ConfigError
 from .health import Prober
 from .host import Host
 from .incidents import Store
+from .incidents.retention import Retention
 from .incident_path import check_canary, give_up, handle_crash, observed, probe_crash
 from .lifecycle import Lifecycle, Stopping
 from .metrics import start_metrics
@@ -74,6 +75,7 @@ class Daemon:
         self.gave_up = ""  # why the restart budget ran out: the daemon then ends `gave-up`, not `stopped`
         self.last_incident_id: int | None = None
         self._subscribers: list[Callable[[object], None]] = []
+        self.retention = Retention(lambda: self.store, lambda: self.config.incidents, self.clock)
 
     # ---- the public API (CLI, promotion, demo, tests) ------------------------------------------
 
@@ -357,6 +359,7 @@ class Daemon:
                 log.info("state_dump", **self.board.current.to_dict(), argv=self.launch.argv,
                          budget_starts=self.budget.starts_in_window, states=self.lifecycle.history[-20:])
         self._record_deliveries()
+        self.retention.tick()  # [incidents] keep / max_age_days: at start, then hourly, in batches
         self.notifier.watchdog()
 
     def wait(self, seconds: float, condition: Callable[[], bool] = lambda: False) -> None:
