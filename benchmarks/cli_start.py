@@ -5,14 +5,18 @@ process each (the installed `ddtreed` script runs the same `ddtreed.cli:main`), 
 daemon-state.json of a live pid (this one) and an incident database with 100 incidents written by
 the real `Store`. Baseline from the same run: the bare interpreter (`python -c pass`) and
 `python -c "import argparse, json, sqlite3"` (what any CLI of this kind needs). `python -X importtime`
-of each command gives the top contributors (cumulative µs of each top-level module imported by
-ddtreed). `--runs` runs each; prints ONE JSON object.
+of each command gives the top contributors (cumulative ms of each top-level module imported by
+ddtreed). For each command: wall time and CPU time (user + sys of the child, from its rusage:
+what the command costs, apart from its wait for a core on a loaded box). `--before-rev REV`
+also times the code at REV (a git worktree) in the same run, interleaved. `--runs` runs each,
+round robin; prints ONE JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -43,20 +47,28 @@ def make_state_dir(directory: Path, incidents: int) -> None:
     write_status(directory, DaemonStatus(pid=os.getpid(), state="running", status_text="serving"))
 
 
-def wall_ms(argv: list[str], runs: int) -> tuple[list[float], int]:
-    values, code = [], 0
+def timed_runs(argv: list[str], runs: int, cwd: Path = REPO) -> tuple[list[float], list[float], int]:
+    """Wall ms and CPU ms (user + sys of the child, from its rusage) of `runs` fresh processes.
+
+    CPU time is what the command itself costs; on a loaded box the wall time also holds the
+    time the child waited for a core.
+    """
+    walls, cpus, code = [], [], 0
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        done = subprocess.run(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
-        values.append((time.perf_counter() - started) * 1000)
+        done = subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+        walls.append((time.perf_counter() - started) * 1000)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000)
         code = done.returncode
-    return values, code
+    return walls, cpus, code
 
 
-def importtime(argv: list[str], top: int = 10) -> tuple[list[dict], list[dict], float]:
+def importtime(argv: list[str], top: int = 10, cwd: Path = REPO) -> tuple[list[dict], list[dict], float]:
     """From `-X importtime`: what ddtreed's code imports from outside (root packages), ddtreed's
     own modules (top three levels), both by cumulative time, and the total import time."""
-    done = subprocess.run([sys.executable, "-X", "importtime", *argv], cwd=REPO, capture_output=True,
+    done = subprocess.run([sys.executable, "-X", "importtime", *argv], cwd=cwd, capture_output=True,
                           text=True, check=False)
     rows = []
     for line in done.stderr.splitlines():
@@ -88,9 +100,18 @@ def importtime(argv: list[str], top: int = 10) -> tuple[list[dict], list[dict], 
             round(total / 1000, 1))
 
 
+def checkout(rev: str, where: Path) -> Path:
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(where), rev],
+                   check=True)
+    return where
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--before-rev", default=None, metavar="REV",
+                        help="also time the same commands on the code at REV (a git worktree), "
+                             "interleaved with the current code's runs: before/after in one run")
     args = parser.parse_args()
     quiet_logs()
     python = sys.executable
@@ -109,15 +130,35 @@ def main() -> None:
             "python_c_pass": [python, "-c", "pass"],
             "python_import_argparse_json_sqlite3": [python, "-c", "import argparse, json, sqlite3"],
         }
-        for name, argv in {**baselines, **commands}.items():
-            values, code = wall_ms(argv, args.runs)
-            result[f"{name}_ms"] = spread(values, digits=1)
-            if name in commands:
-                result[f"{name}_exit_code"] = code
-                outside, ours, total = importtime(argv[1:])
-                result[f"{name}_importtime_total_ms"] = total
-                result[f"{name}_importtime_top_imported_by_ddtreed"] = outside
-                result[f"{name}_importtime_top_ddtreed_modules"] = ours
+        old = checkout(args.before_rev, Path(directory) / "before") if args.before_rev else None
+        try:
+            timings: dict[str, tuple[list[float], list[float], int]] = {}
+            # Round robin: every command once per round, so load that comes and goes during the
+            # run falls on all of them alike.
+            for _ in range(args.runs):
+                for name, argv in {**baselines, **commands}.items():
+                    variants = [(name, REPO)] + ([(f"{name}_before", old)] if old and name in commands else [])
+                    for key, cwd in variants:
+                        walls, cpus, code = timed_runs(argv, 1, cwd)
+                        got = timings.setdefault(key, ([], [], 0))
+                        timings[key] = (got[0] + walls, got[1] + cpus, code)
+            for key, (walls, cpus, code) in timings.items():
+                result[f"{key}_ms"] = spread(walls, digits=1)
+                result[f"{key}_cpu_ms"] = spread(cpus, digits=1)
+                name = key.removesuffix("_before")
+                if name in commands:
+                    cwd = old if key.endswith("_before") else REPO
+                    result[f"{key}_exit_code"] = code
+                    outside, ours, total = importtime(commands[name][1:], cwd=cwd)
+                    result[f"{key}_importtime_total_ms"] = total
+                    result[f"{key}_importtime_top_imported_by_ddtreed"] = outside
+                    result[f"{key}_importtime_top_ddtreed_modules"] = ours
+        finally:
+            if old is not None:
+                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)],
+                               check=False)
+    if args.before_rev:
+        result["before_rev"] = args.before_rev
     result["load_after"] = load_info()
     result["goal_ms"] = GOAL_MS
     result["goal_met"] = all(result[f"{name}_ms"]["median"] <= GOAL_MS for name in ("help", "status"))

@@ -6,8 +6,13 @@ a remediation list), once with the current schema and once with the schema befor
 
 - `list`: `Store.list_incidents(50)` in-process (what `ddtreed incidents` runs),
 - `cli`: the real `python -m ddtreed incidents --state-dir …` process, start to exit,
+- `cli_status`: the real `python -m ddtreed status --state-dir …` process,
 - `scrape`: `Store.counts()` (what every metrics scrape runs),
-- `prune`: `Store.prune(keep=1000)` on a copy, and the file size before/after.
+- `prune`: `incidents.retention.prune` with the [incidents] defaults (keep 10,000, 180 days) in
+  the daemon's batches of 500 on a copy: per-batch time (what one loop turn spends), the file
+  size before, after (SQLite keeps the freed pages for new incidents) and after a VACUUM.
+The incidents span N minutes (one a minute), so at 100,000 about 70 days: the age limit takes
+none; the count limit takes all but the protected ones (open, unacknowledged escalated).
 
 Prints one JSON object. Usage: python benchmarks/store_scale.py [--incidents 100000] [--runs 5]
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -31,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from ddtreed.incidents.migrations import MIGRATIONS  # noqa: E402
 
+KEEP, MAX_AGE_DAYS = 10_000, 180.0  # the [incidents] defaults
 BEFORE_SCALE = tuple(m for m in MIGRATIONS if m[0] != "0009_scale_indexes_and_counts")
 
 CATEGORIES = ("cuda-graph-shape-mismatch", "cuda-oom", "nccl-error", "kv-pool-too-small",
@@ -87,41 +94,91 @@ LIST_SQL = ("SELECT id, category, status, started_at FROM incidents "
 
 
 def measure(state_dir: Path, runs: int, repo: Path, baseline: bool) -> dict[str, object]:
+    """The baseline: the old code's SQL on the old schema (its list / scrape queries), the old
+    CLI. Current: the real `Store.list_incidents(50)` and `Store.counts()` (the metrics scrape),
+    the real CLIs, and retention's `prune` in the daemon's batches."""
     path = state_dir / "incidents.sqlite3"
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    counts_sql = BASELINE_COUNTS_SQL if baseline else (
-        "SELECT category, status, outcome, count FROM incident_counts")
-    result: dict[str, object] = {
-        "list": timed(lambda: conn.execute(LIST_SQL).fetchall(), runs),
-        "scrape": timed(lambda: conn.execute(counts_sql).fetchall(), runs),
-    }
-    conn.close()
     env = dict(os.environ, PYTHONPATH=str(repo))
-    cli = [sys.executable, "-m", "ddtreed", "incidents", "--state-dir", str(state_dir)]
+    if baseline:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        result: dict[str, object] = {
+            "list": timed(lambda: conn.execute(LIST_SQL).fetchall(), runs),
+            "scrape": timed(lambda: conn.execute(BASELINE_COUNTS_SQL).fetchall(), runs),
+        }
+        conn.close()
+    else:
+        from ddtreed.incidents import Store
+
+        store = Store(path, create=False, read_only=True)
+        result = {"list": timed(lambda: store.list_incidents(50), runs),
+                  "scrape": timed(store.counts, runs)}
+        store.close()
     result["cli_code"] = str(repo)
-    result["cli"] = timed(lambda: subprocess.run(cli, env=env, check=True, capture_output=True,
-                                                 cwd=repo), runs)
+    commands = {"cli": ["incidents"], "cli_status": ["status"]}
+    for name, argv in commands.items():
+        command = [sys.executable, "-m", "ddtreed", *argv, "--state-dir", str(state_dir)]
+        walls, cpus = [], []
+        for _ in range(runs):  # wall, and CPU of the child (user + sys): the box is shared
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            began = time.perf_counter()
+            subprocess.run(command, env=env, check=name == "cli", capture_output=True, cwd=repo)
+            walls.append((time.perf_counter() - began) * 1000.0)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000.0)
+        result[name] = spread(walls)
+        result[f"{name}_cpu"] = spread(cpus)
     copy = state_dir.parent / (state_dir.name + "-prune") / "incidents.sqlite3"
     copy.parent.mkdir()
     shutil.copy(path, copy)
     before = copy.stat().st_size
-    pruner = sqlite3.connect(copy)
+    if baseline:
+        result["prune"] = {"size_before_mib": round(before / 2**20, 1), "note": "the old code never pruned"}
+        return result
+    from ddtreed.incidents import Store
+    from ddtreed.incidents.retention import BATCH, DAY_S, sweep
+
+    store = Store(copy)
+    batches: list[float] = []
+    batches_cpu: list[float] = []
+    deleted, cursor = 0, None
     start = time.perf_counter()
-    with pruner:
-        doomed = [row[0] for row in pruner.execute(
-            "SELECT id FROM incidents WHERE status != 'open' AND id NOT IN "
-            "(SELECT id FROM incidents ORDER BY started_at DESC, id DESC LIMIT 1000)")]
-        for i in range(0, len(doomed), 500):
-            chunk = doomed[i:i + 500]
-            marks = ", ".join("?" * len(chunk))
-            pruner.execute(f"DELETE FROM steps WHERE incident_id IN ({marks})", chunk)
-            pruner.execute(f"DELETE FROM incidents WHERE id IN ({marks})", chunk)
-    pruner.execute("VACUUM")
-    result["prune"] = {"deleted": len(doomed), "ms": round((time.perf_counter() - start) * 1000, 1),
-                       "size_before_mib": round(before / 2**20, 1),
-                       "size_after_mib": round(copy.stat().st_size / 2**20, 1)}
-    pruner.close()
+    while True:  # what the daemon's turns do with a backlog: one batch per turn
+        began, began_cpu = time.perf_counter(), time.process_time()
+        done, cursor = sweep(store, KEEP, MAX_AGE_DAYS * DAY_S, limit=BATCH, after=cursor)
+        batches.append((time.perf_counter() - began) * 1000.0)
+        batches_cpu.append((time.process_time() - began_cpu) * 1000.0)
+        deleted += done
+        if cursor is None:
+            break
+    total_ms = (time.perf_counter() - start) * 1000.0
+    left = store.counts()
+    store.close()
+    after = copy.stat().st_size
+    vacuum = sqlite3.connect(copy)
+    vacuum.execute("VACUUM")
+    vacuum.close()
+    result["prune"] = {
+        "keep": KEEP, "max_age_days": MAX_AGE_DAYS, "deleted": deleted, "left": left["incidents_total"],
+        "left_open": left["open_incidents"],
+        "left_by_status": _by_status(left),
+        "batches": len(batches), "batch_ms": spread(batches), "batch_cpu_ms": spread(batches_cpu),
+        "total_ms": round(total_ms, 1),
+        "size_before_mib": round(before / 2**20, 1),
+        "size_after_prune_mib": round(after / 2**20, 1),  # free pages, reused by new incidents
+        "size_after_vacuum_mib": round(copy.stat().st_size / 2**20, 1)}
     return result
+
+
+def _by_status(counts: dict) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for row in counts["incidents"]:
+        totals[row["status"]] = totals.get(row["status"], 0) + row["count"]
+    return totals
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"min_ms": round(min(values), 3), "median_ms": round(statistics.median(values), 3),
+            "max_ms": round(max(values), 3)}
 
 
 def baseline_checkout(rev: str, where: Path) -> Path:
@@ -137,11 +194,14 @@ def main() -> int:
     parser.add_argument("--baseline-rev", default="32f079a",
                         help="the code before migration 0009 (indexes, counts table): the baseline")
     args = parser.parse_args()
+    import structlog  # only errors from the library: stdout is the one JSON object
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     load = os.getloadavg()
     out: dict[str, object] = {"benchmark": "store_scale", "incidents": args.incidents,
                               "runs": args.runs, "loadavg_at_start": [round(x, 2) for x in load],
-                              "code_path": "Store.list_incidents / Store.counts / Store.prune "
-                                           "and the real `ddtreed incidents` process"}
+                              "code_path": "Store.list_incidents / Store.counts / incidents.retention.prune "
+                                           "and the real `ddtreed incidents` / `status` processes"}
     with tempfile.TemporaryDirectory() as tmp:
         old = baseline_checkout(args.baseline_rev, Path(tmp) / "baseline-code")
         try:

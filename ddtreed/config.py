@@ -114,6 +114,18 @@ class NotifyConfig:
 
 
 @dataclass(frozen=True)
+class IncidentsConfig:
+    """Retention of the incident database (ddtreed/incidents/retention.py; 0: no such limit).
+
+    Never pruned, whatever these say: open incidents, escalated ones nobody acknowledged
+    (`ddtreed incidents ack ID`), and those a recorded remediation refers to.
+    """
+
+    keep: int = 10_000  # the newest this many incidents stay (~70 MB of the typical shape)
+    max_age_days: float = 180.0  # closed incidents older than this go (two quarters of reviews)
+
+
+@dataclass(frozen=True)
 class Config:
     service: ServiceConfig
     paths: PathsConfig = PathsConfig()
@@ -123,6 +135,7 @@ class Config:
     canary: CanaryConfig = CanaryConfig()
     metrics: MetricsConfig = MetricsConfig()
     notify: NotifyConfig = NotifyConfig()
+    incidents: IncidentsConfig = IncidentsConfig()
     source: str = "<memory>"
 
     @property
@@ -142,6 +155,7 @@ _SECTIONS = {
     "canary": CanaryConfig,
     "metrics": MetricsConfig,
     "notify": NotifyConfig,
+    "incidents": IncidentsConfig,
 }
 
 
@@ -297,6 +311,10 @@ def _check(config: Config) -> None:
         raise ConfigError(f"{source}: probe.serving_interval_s must be >= 0 (0: no probes while serving)")
     if config.policy.backoff_max_s < config.policy.backoff_initial_s:
         raise ConfigError(f"{source}: policy.backoff_max_s must be >= policy.backoff_initial_s")
+    retention = {"incidents.keep": config.incidents.keep, "incidents.max_age_days": config.incidents.max_age_days}
+    for key, value in retention.items():
+        if value < 0:
+            raise ConfigError(f"{source}: {key} must be >= 0 (0: no limit), got {value:g}")
     if not 0 < config.probe.accept_baseline_fraction <= 1:
         raise ConfigError(f"{source}: probe.accept_baseline_fraction must be in (0, 1]")
     from .notify import check_hooks

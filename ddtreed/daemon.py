@@ -2,10 +2,9 @@
 
     launch → logs → tracebacks → signature → rules → remediation → restart → health → incidents
 
-Signal handlers only enqueue; the loop acts on them between steps (`_turn`). Every state change
-goes through the lifecycle's transition table. The loop emits events (`Outcome`, `Healthy`) to
-subscribers; the demo and tests stop it by `request_stop()`, which enqueues like a SIGTERM.
-"""
+Signal handlers only enqueue; the loop acts on them between steps (`_turn`), and every state change
+goes through the lifecycle's transition table. Subscribers get the loop's events (`Outcome`, `Healthy`);
+the demo and tests stop it by `request_stop()`, which enqueues like a SIGTERM."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import structlog
 from .config import Config
 from .health import Prober
 from .host import Host
-from .incidents import Store
+from .incidents import Retention, Store
 from .incident_path import check_canary, give_up, handle_crash, observed, probe_crash
 from .lifecycle import EXIT_GAVE_UP, EXIT_OK, Lifecycle, SignalQueue, Stopping
 from .metrics import start_metrics
@@ -63,6 +62,7 @@ class Daemon:
         self.gave_up = ""  # why the restart budget ran out: the daemon then ends `gave-up`, not `stopped`
         self.last_incident_id: int | None = None
         self._subscribers: list[Callable[[object], None]] = []
+        self.retention = Retention(lambda: self.store, lambda: self.config.incidents, self.clock)
 
     # ---- the public API (CLI, promotion, demo, tests) ------------------------------------------
 
@@ -258,6 +258,7 @@ class Daemon:
                 log.info("state_dump", **self.board.current.to_dict(), argv=self.launch.argv,  # SIGUSR1
                          budget_starts=self.budget.starts_in_window, states=self.lifecycle.history[-20:])
         self.hooks.record()
+        self.retention.tick()  # [incidents] keep / max_age_days: at start, then hourly, in batches
         self.notifier.watchdog()
 
     def wait(self, seconds: float, condition: Callable[[], bool] = lambda: False) -> None:

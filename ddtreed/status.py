@@ -14,12 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
-import structlog
-
-from .host import write_atomic
 from .records import DAEMON_STATES
-
-log = structlog.get_logger(__name__)
 
 STATUS_FILE = "daemon-state.json"
 
@@ -91,6 +86,8 @@ def _replace_snapshot(path: Path, data: bytes) -> None:
     file system that does not order the rename after the data, nothing: `read_status` reads an
     empty file as "no snapshot yet".
     """
+    from .host import write_atomic  # here, not at the top: `ddtreed status` only reads
+
     write_atomic(str(path), data, mode=0o600, durable=False)
 
 
@@ -159,8 +156,11 @@ class StatusBoard:
             if "status_text" in changes and self.on_text is not None:
                 self.on_text(changes["status_text"])
             if not self._failing:
-                log.error("status_write_failed", error=str(error),
-                          hint="the state dir is full or read-only; ddtreed keeps running")
+                import structlog  # here, not at the top: `ddtreed status` only reads
+
+                structlog.get_logger(__name__).error(
+                    "status_write_failed", error=str(error),
+                    hint="the state dir is full or read-only; ddtreed keeps running")
             self._failing = True
         return self.current
 

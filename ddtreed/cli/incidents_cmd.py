@@ -21,11 +21,13 @@ FOLLOW_POLL_S = 0.5
 
 USAGE = ("ddtreed incidents [--state-dir DIR | --config FILE] [--status S[,S…]] [--since WHEN] "
          "[--limit N] [--json] [--follow] [--html DIR]\n"
-         "       ddtreed incidents show ID [--json] [--html FILE]")
+         "       ddtreed incidents show ID [--json] [--html FILE]\n"
+         "       ddtreed incidents ack ID [ID…] [--note TEXT]")
 EPILOG = """\
 commands:
   show ID            one incident in full: what the service said, diagnosis, tracebacks,
                      every step with its time, the remediations tried
+  ack ID [ID…]       a person read these escalated incidents: retention may prune them now
 
 examples:
   ddtreed incidents --state-dir /var/lib/ddtreed/kimi
@@ -34,6 +36,7 @@ examples:
   ddtreed incidents show 12
   ddtreed incidents show 12 --html incident-12.html
   ddtreed incidents --html ./incident-report      # index.html + one page per incident
+  ddtreed incidents ack 12 --note "GPU 3 replaced"
 """
 
 
@@ -77,6 +80,21 @@ def register(commands) -> None:
     show.add_argument("--html", metavar="FILE", default=argparse.SUPPRESS,
                       help="write the incident as one self-contained HTML page (timeline drawn)")
     show.set_defaults(handler=_show)
+    ack = sub.add_parser(
+        "ack", help="a person read these escalated incidents",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Record that a person reviewed these incidents (an `acknowledged` step with "
+                    "the note). Escalated incidents are never pruned by [incidents] keep / "
+                    "max_age_days until acknowledged. Writes to the database (not read-only).",
+        epilog="examples:\n  ddtreed incidents ack 12 --note \"GPU 3 replaced\"\n"
+               "  ddtreed incidents ack 12 14 15 --config /etc/ddtreed/kimi.toml")
+    ack.add_argument("incident_ids", type=int, nargs="+", metavar="ID")
+    ack.add_argument("--note", default="", metavar="TEXT", help="what was found or done (kept in the step)")
+    ack.add_argument("--state-dir", metavar="DIR", default=argparse.SUPPRESS,
+                     help="state directory holding incidents.sqlite3 (as for `ddtreed incidents`)")
+    ack.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                     help="ddtreed TOML config whose paths.state_dir to use")
+    ack.set_defaults(handler=_ack)
 
 
 def _statuses(text: str) -> tuple[str, ...]:
@@ -196,6 +214,30 @@ def _show(args: argparse.Namespace) -> int:
         print_json(as_json(incident))
     else:
         print(render_incident(incident, colour=use_colour()))
+    return 0
+
+
+def _ack(args: argparse.Namespace) -> int:
+    import getpass
+
+    from ..incidents import Store, StoreError, database_path
+    from ..incidents.retention import ACKNOWLEDGED
+
+    path = database_path(_directory(args))
+    who = getpass.getuser()
+    note = args.note.strip()
+    try:
+        # stdout stays ours: nothing the library logs may land there.
+        with contextlib.redirect_stdout(sys.stderr), Store(path, create=False) as store:
+            statuses = {incident_id: store.get(incident_id)["status"] for incident_id in args.incident_ids}
+            with store.atomic():  # all of them or none (every ID exists: checked above)
+                for incident_id in args.incident_ids:
+                    store.add_step(incident_id, ACKNOWLEDGED, f"by {who}" + (f": {note}" if note else ""),
+                                   {"by": who, "note": note})
+    except StoreError as error:
+        raise CliError(str(error)) from None
+    for incident_id, status in statuses.items():
+        print(f"incident {incident_id} ({status}): acknowledged")
     return 0
 
 

@@ -18,6 +18,7 @@ from .common import CliError, add_config, add_json, add_state_dir, load_config, 
 RUNNING, STALE, NOT_RUNNING = 0, 1, 3
 GAVE_UP = "gave-up"  # the daemon's final state when the restart budget was spent (it exited)
 STATUS_FILE = "daemon-state.json"  # status.STATUS_FILE, named here so `--help` imports nothing
+DATABASE_NAME = "incidents.sqlite3"  # incidents.DATABASE_NAME (that package imports sqlite-utils)
 
 
 def register(commands) -> None:
@@ -39,7 +40,8 @@ def register(commands) -> None:
     add_state_dir(status)
     add_config(status)
     add_json(status)
-    status.set_defaults(handler=run_status)
+    # configure_logs=False: status logs nothing, so main() need not import structlog for it.
+    status.set_defaults(handler=run_status, configure_logs=False)
 
 
 def run_install(args: argparse.Namespace) -> int:
@@ -73,12 +75,13 @@ def run_status(args: argparse.Namespace) -> int:
     found = [] if reports[0]["daemon"] else sorted(p.parent for p in directory.glob(f"*/{STATUS_FILE}"))
     if found:
         reports = [_report(path) for path in found]
+    # ddtreed.textstyle, not incidents.views: that package would import the store (sqlite-utils).
     if args.json:
-        from ..incidents.views import as_json
+        from ..textstyle import as_json
 
         print_json(as_json({"instances": reports} if found else reports[0]))
     else:
-        from ..incidents.views import use_colour
+        from ..textstyle import use_colour
 
         colour = use_colour()
         print("\n\n".join(_render(report, colour) for report in reports))
@@ -112,28 +115,25 @@ def _report(directory: Path) -> dict[str, Any]:
 
 def _alive(snapshot) -> bool:
     """The recorded pid runs and is not a newer process that reused the number."""
-    import psutil
+    from .status_read import process_started_at
 
-    try:
-        created = psutil.Process(snapshot.pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+    created = process_started_at(snapshot.pid)
+    if created is None:
         return False
     # The daemon writes its snapshot after it started: a process younger than that is another one.
     return created <= snapshot.updated_at + 1.0 and snapshot.state not in ("stopped", GAVE_UP)
 
 
 def _incident_counts(directory: Path) -> tuple[dict[str, Any] | None, str | None]:
-    try:
-        from ..incidents import Store, StoreError, database_path
-    except ImportError:
-        return None, None
-    path = database_path(directory)
+    """Store.counts(), read with the stdlib sqlite3, read-only (a copy of a state dir works)."""
+    from .status_read import CountsError, incident_counts
+
+    path = directory / DATABASE_NAME
     if not path.exists():
         return None, None
     try:
-        with Store(path, create=False) as store:
-            return store.counts(), None
-    except StoreError as error:
+        return incident_counts(path), None
+    except CountsError as error:
         return None, str(error)
 
 
@@ -154,7 +154,7 @@ def _render(report: dict[str, Any], colour: bool = False) -> str:
 
 
 def _headline(report: dict[str, Any], daemon: dict[str, Any], colour: bool = False) -> str:
-    from ..incidents.views import paint
+    from ..textstyle import paint
 
     where = report["state_dir"]
     state = daemon["state"]
@@ -173,10 +173,10 @@ def _headline(report: dict[str, Any], daemon: dict[str, Any], colour: bool = Fal
 
 
 def _service_lines(report: dict[str, Any], daemon: dict[str, Any]) -> list[str]:
-    import psutil
+    from .status_read import pid_exists
 
     service = "not running"
-    if daemon["service_pid"] and not psutil.pid_exists(daemon["service_pid"]):
+    if daemon["service_pid"] and not pid_exists(daemon["service_pid"]):
         service = f"pid {daemon['service_pid']} is gone"
     elif daemon["service_pid"]:
         service = f"pid {daemon['service_pid']}, up {_duration(report['service_uptime_s'])}"

@@ -3,9 +3,10 @@
 from .connection import DATABASE_NAME, StoreError, database_path
 from .migrations import MIGRATIONS
 from .state import APPLICATION_STATUSES, baseline_key
+from .retention import Retention
 from .store import Store
 from ..records import STEPS
 from .timeline import SOURCES
 
-__all__ = ["APPLICATION_STATUSES", "DATABASE_NAME", "MIGRATIONS", "SOURCES", "STEPS", "Store",
+__all__ = ["APPLICATION_STATUSES", "DATABASE_NAME", "MIGRATIONS", "Retention", "SOURCES", "STEPS", "Store",
            "StoreError", "baseline_key", "database_path"]

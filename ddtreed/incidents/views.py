@@ -7,12 +7,10 @@ values indented under their label, then sections. Words for an ended incident sa
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from typing import Any, Iterable, Mapping
 
-from .encode import iso
+from ..textstyle import as_json, iso, paint, use_colour  # noqa: F401 - the CLI imports them from here
 from .evidence import describe_exit
 
 TABLE_HEADERS = ["ID", "STARTED (UTC)", "CATEGORY", "RULE", "STATUS", "SEEN", "REMEDIATION", "DURATION"]
@@ -40,41 +38,7 @@ APPLICATION_WORDS = {
 }
 
 
-# ---- colour (a terminal only) ----------------------------------------------------------------
-
-_COLOURS = {"open": "33", "escalated": "1;31", "reverted": "31", "resolved": "32", "prevented": "32",
-            "advised": "36", "FAILED": "1;31"}
-
-
-def use_colour(stream=None) -> bool:
-    """Colour only on a terminal, never with NO_COLOR set or TERM=dumb (like systemctl)."""
-    stream = stream or sys.stdout
-    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
-        return False
-    return bool(getattr(stream, "isatty", lambda: False)())
-
-
-def paint(text: str, word: str, colour: bool) -> str:
-    code = _COLOURS.get(word)
-    return f"\x1b[{code}m{text}\x1b[0m" if colour and code else text
-
-
-# ---- JSON ------------------------------------------------------------------------------------
-
-def as_json(value: Any) -> Any:
-    """A store dict with every `at` / `*_at` epoch as ISO-8601 UTC text (nested steps included)."""
-    if isinstance(value, Mapping):
-        return {key: iso(item) if _is_time(key, item) else as_json(item)
-                for key, item in value.items()}
-    if isinstance(value, list):
-        return [as_json(item) for item in value]
-    return value
-
-
-def _is_time(key: str, value: Any) -> bool:
-    return (key == "at" or key.endswith("_at") or key == "since") and isinstance(value, (int, float)) \
-        and not isinstance(value, bool)
-
+# ---- colour (a terminal only) and JSON: ddtreed.textstyle (stdlib only; `status` uses them) ----
 
 # ---- small words -----------------------------------------------------------------------------
 
