@@ -76,9 +76,10 @@ def test_a_running_daemon_at_a_glance(daemon, tmp_path):
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert f"ddtreed: running (pid {daemon.pid}" in out and "serving, accept len 3.4" in out
-    assert f"pid {os.getpid()}, up 2h03m" in out
+    assert f"pid {os.getpid()}, up 2h03m" in out or f"pid {os.getpid()}, up 2h04m" in out
     assert "restarts     2" in out and "accept len   3.40" in out
-    assert "last healthy 12s ago" in out or "last healthy 13s ago" in out
+    # the snapshot says 12 s ago at the fixture; a loaded box takes seconds to start the CLI
+    assert 12 <= int(re.search(r"last healthy (\d+)s ago", out).group(1)) < 60
     assert "3 total: 1 open, 1 escalated, 1 resolved" in out
     assert "cuda-graph-shape-mismatch 2, unknown 1" in out
     assert "remediations 0 verified, 1 applied (not yet verified), 0 reverted" in out
