@@ -104,10 +104,14 @@ class ServiceRun:
         return self.supervisor.poll()
 
     def drain(self) -> tuple[Crash, ...]:
-        """Read until the logs stay quiet (nothing more can come), then take every pending crash.
+        """Read what the dead service wrote, then take every pending crash.
 
         No settle window: the process that wrote them has exited, so waiting cannot complete a
-        traceback, it can only delay the relaunch.
+        traceback, it can only delay the relaunch. Once no process of the service's session is
+        left (a local host, where its log files are read directly) nothing more can come: the
+        logs are read to their end and the crashes taken at once. Otherwise (a child still
+        exiting, a remote tail that can lag) reading goes on until the logs stay quiet for
+        DRAIN_QUIET_S, DRAIN_MAX_S at most.
         """
         if self.follower is not None:
             clock = self.clock
@@ -115,15 +119,27 @@ class ServiceRun:
             deadline = quiet_since + DRAIN_MAX_S
             while (now := clock.monotonic()) < deadline and now - quiet_since < DRAIN_QUIET_S:
                 self._on_turn()  # a flood keeps the logs busy for DRAIN_MAX_S: SIGTERM is answered here
+                gone = self.writers_gone()  # asked before the read: a write before an exit is in it
                 chunks = self.follower.read()
                 for chunk in chunks:
                     self.assembler.feed(chunk)
                     self.output.feed(chunk)
                 if chunks:
                     quiet_since = clock.monotonic()
+                elif gone:
+                    break  # read to the end, and nobody is left to write more
                 else:
                     self.follower.wait(DRAIN_QUIET_S / 4)
         return flatten(self.assembler.take(self.clock.time(), final=True))
+
+    def writers_gone(self) -> bool:
+        """True when the service exited and no process of its session is left to write its logs
+        (local host only: a remote tail may still be delivering what they wrote)."""
+        process = self.supervisor.process
+        host = self.host
+        if process is None or not getattr(host, "local", False) or process.poll() is None:
+            return False
+        return not host.session_pids(process.pid)
 
     def stop(self, reason: str, final: bool = False, drain: bool | None = None,
              settle_s: float = 0.0) -> ExitStatus | None:
