@@ -117,9 +117,11 @@ class ServiceRun:
             clock = self.clock
             quiet_since = clock.monotonic()
             deadline = quiet_since + DRAIN_MAX_S
+            gone = False
             while (now := clock.monotonic()) < deadline and now - quiet_since < DRAIN_QUIET_S:
                 self._on_turn()  # a flood keeps the logs busy for DRAIN_MAX_S: SIGTERM is answered here
-                gone = self.writers_gone()  # asked before the read: a write before an exit is in it
+                # asked before the read, so a write before the last exit is in it; once gone, gone
+                gone = gone or self.writers_gone()
                 chunks = self.follower.read()
                 for chunk in chunks:
                     self.assembler.feed(chunk)
