@@ -87,9 +87,12 @@ def main() -> None:
         commit = export(args.against, Path(tree))
         if args.candidate:
             candidate = export(args.candidate, Path(candidate_tree))
-        for _ in range(args.rounds):
-            sides["candidate"].append(run_once(script, candidate_tree if args.candidate else None))
-            sides["baseline"].append(run_once(script, tree))
+        for index in range(args.rounds):
+            for side, code in (("candidate", candidate_tree if args.candidate else None), ("baseline", tree)):
+                sides[side].append(run_once(script, code))
+                # each round as it ends, on stderr: a run cut short still leaves what it measured
+                print(json.dumps({"round": index, "side": side, "load": load_info(),
+                                  "outputs": sides[side][-1]}), file=sys.stderr, flush=True)
     result: dict = {"benchmark": "compare", "script": " ".join(script), "rounds": args.rounds,
                     "candidate": candidate, "baseline": commit,
                     "load_before": load_before, "load_after": load_info()}
