@@ -7,13 +7,14 @@ calls `on_turn` (the daemon answers signals and pings the watchdog there), then 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Callable
 
 from ._proctree import STATE_DIR_VARIABLE
 from .clock import Clock
 from .config import Config
 from .health import MilestoneTracker
-from .incidents.evidence import ServiceOutput
+from .incidents.evidence import TAIL_LINES, ServiceOutput
 from .host import Host
 from .launch import Supervisor
 from .records import Crash, ExitStatus
@@ -93,7 +94,7 @@ class ServiceRun:
         self.follower.wait(timeout)
         for chunk in self.follower.read():
             self.assembler.feed(chunk)
-            self.output.feed(chunk)
+            self.output.feed(tail_of(chunk))
             if self.milestones.feed(chunk):
                 self._on_progress(self.milestones.progress_text())
             if self.serving is not None:
@@ -125,7 +126,7 @@ class ServiceRun:
                 chunks = self.follower.read()
                 for chunk in chunks:
                     self.assembler.feed(chunk)
-                    self.output.feed(chunk)
+                    self.output.feed(tail_of(chunk))
                 if chunks:
                     quiet_since = clock.monotonic()
                 elif gone:
@@ -162,6 +163,15 @@ class ServiceRun:
         if self.follower is not None and not self._closed:
             self.follower.close()
         self._closed = True
+
+
+def tail_of(chunk):
+    """The chunk's last TAIL_LINES lines: all that a `ServiceOutput` keeps of it (its tails hold the
+    newest TAIL_LINES lines, fewer when they pass TAIL_BYTES), without a per-line loop over the rest."""
+    if len(chunk.lines) <= TAIL_LINES:
+        return chunk
+    return replace(chunk, first_number=chunk.first_number + len(chunk.lines) - TAIL_LINES,
+                   lines=chunk.lines[-TAIL_LINES:], text=None)
 
 
 class TurningHost:
