@@ -164,6 +164,21 @@ def test_a_line_after_a_quiet_spell_is_read_without_hold_off(log_path):
         assert (follower.reads, follower.holds) == (6, 0)
 
 
+def test_a_traceback_header_in_a_flood_does_not_hold_the_next_read_back(log_path):
+    """In a flood the rest of a crash is not held back behind its tagged header line."""
+    with Follower([log_path], min_read_interval_s=5.0) as follower:
+        append(log_path, CALM)
+        follower.read()
+        append(log_path, CALM)
+        follower.read()  # within 5 s of the first: a flood
+        append(log_path, b"[2026-07-28 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n")
+        follower.read()
+        append(log_path, b'  File "/x/scheduler.py", line 9, in run\n')
+        assert follower.wait(10.0) is True
+        assert follower.holds == 0
+        assert lines_of(follower.read()) == ['  File "/x/scheduler.py", line 9, in run']
+
+
 def test_lines_that_keep_coming_during_a_hold_off_keep_the_pacing(log_path):
     """A flood stays paced: the read after a hold-off that found new lines is held back again."""
     hold = 1.0

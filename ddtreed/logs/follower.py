@@ -31,8 +31,10 @@ TRUNCATION_MARKER = " [ddtreed: line truncated at {limit} bytes]"
 # holds the next one back this long: a service logging 1,000 lines/s then costs
 # ~1/MIN_READ_INTERVAL_S wake-ups, not one per write. Reads further apart than this (20 lines/s:
 # one every 50 ms) are never held back, so a crash after ordinary traffic is read at once; a read
-# with an untagged line (a traceback body, a C++ abort) or an unfinished line is followed at once.
+# with an untagged line (a traceback body, a C++ abort), a traceback header or an unfinished line
+# is followed at once, flood or not.
 MIN_READ_INTERVAL_S = 0.020
+TRACEBACK_HEADER = "Traceback (most recent call last):"  # a tagged line that starts a crash's output
 _UNTAGGED = re.compile(r"(?:\A|\n)(?!\[\d)")
 
 
@@ -155,7 +157,7 @@ class Follower:
             return
         read_at, chunks = self._unjudged
         self._unjudged = None
-        if not any(_UNTAGGED.search(chunk.text) for chunk in chunks):
+        if not any(_UNTAGGED.search(chunk.text) or TRACEBACK_HEADER in chunk.text for chunk in chunks):
             self._next_read_at = read_at + self._min_read_interval_s
 
     def _hold_off(self, deadline: float) -> bool:
