@@ -14,7 +14,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAMS = REPO / "tests" / "programs"
-for _path in (str(REPO), str(PROGRAMS)):
+# The ddtreed code a benchmark times: this checkout, or (benchmarks/compare.py) an older commit's
+# files, so that one invocation measures the change and its baseline with the same script.
+TREE_VARIABLE = "DDTREED_BENCH_TREE"
+CODE = Path(os.environ.get(TREE_VARIABLE) or REPO).resolve()
+for _path in (str(REPO), str(PROGRAMS), str(CODE)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
@@ -82,7 +86,7 @@ def start_daemon(config: Path, log_path: Path) -> subprocess.Popen:
     out = open(log_path, "wb")
     return subprocess.Popen([sys.executable, "-m", "ddtreed", "run", "--config", str(config),
                              "--log-format", "json"], stdout=out, stderr=subprocess.STDOUT,
-                            cwd=REPO, start_new_session=True)
+                            cwd=CODE, start_new_session=True)  # -m: the code of CODE first
 
 
 def stop_daemon(process: subprocess.Popen, timeout: float = 20.0) -> int | None:

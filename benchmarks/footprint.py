@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from _common import REPO, emit, events, load_info, spread, stop_daemon, wait_for
+from _common import CODE, emit, events, load_info, spread, stop_daemon, wait_for
 
 import fast_service  # noqa: E402  (tests/programs, put on sys.path by _common)
 from ddtreed.demo import free_port  # noqa: E402
@@ -35,7 +35,7 @@ def start_daemon(config: Path, log_path: Path, interval_s: float) -> subprocess.
     out = open(log_path, "wb")
     return subprocess.Popen([sys.executable, "-c", LAUNCH, str(interval_s), "run", "--config", str(config),
                              "--log-format", "json"], stdout=out, stderr=subprocess.STDOUT,
-                            cwd=REPO, start_new_session=True)
+                            cwd=CODE, start_new_session=True)
 
 
 def count_lines(path: Path) -> int:

@@ -85,9 +85,7 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
     way) is a recurrence of that incident, not a new one.
     """
     phase = phase_of(loop)
-    loop.lifecycle.enter("crashed", "service failed")
     crashes = without_echoes(crashes) or (synthetic_crash(exit_status, loop.clock.time()),)
-    loop.lifecycle.enter("diagnosing", "service failed: diagnosing")
     diagnosis = loop.rules.diagnose(crashes, loop.context)
     store = loop.store
     detected_at = min((c.detected_at for c in crashes if c.detected_at), default=None)
@@ -100,6 +98,8 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
             diagnosis.match, loop.context, detected_at=detected_at, service=service_name(loop))
     else:  # a crash loop of one cause: the same incident again, counted
         incident_id = recurring
+    loop.lifecycle.enter("crashed", "service failed")  # published once the row exists: no writes before it
+    loop.lifecycle.enter("diagnosing", "service failed: diagnosing")
     loop.publish(current_incident_id=incident_id)  # at detection, not after the stop
     for crash in crashes:  # a hung service's stacks and GPU state, captured before the stop
         found = evidence_of(crash)

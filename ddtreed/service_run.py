@@ -7,13 +7,14 @@ calls `on_turn` (the daemon answers signals and pings the watchdog there), then 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Callable
 
 from ._proctree import STATE_DIR_VARIABLE
 from .clock import Clock
 from .config import Config
 from .health import MilestoneTracker
-from .incidents.evidence import ServiceOutput
+from .incidents.evidence import TAIL_LINES, ServiceOutput
 from .host import Host
 from .launch import Supervisor
 from .records import Crash, ExitStatus
@@ -93,7 +94,7 @@ class ServiceRun:
         self.follower.wait(timeout)
         for chunk in self.follower.read():
             self.assembler.feed(chunk)
-            self.output.feed(chunk)
+            self.output.feed(tail_of(chunk))
             if self.milestones.feed(chunk):
                 self._on_progress(self.milestones.progress_text())
             if self.serving is not None:
@@ -104,26 +105,44 @@ class ServiceRun:
         return self.supervisor.poll()
 
     def drain(self) -> tuple[Crash, ...]:
-        """Read until the logs stay quiet (nothing more can come), then take every pending crash.
+        """Read what the dead service wrote, then take every pending crash.
 
         No settle window: the process that wrote them has exited, so waiting cannot complete a
-        traceback, it can only delay the relaunch.
+        traceback, it can only delay the relaunch. Once no process of the service's session is
+        left (a local host, where its log files are read directly) nothing more can come: the
+        logs are read to their end and the crashes taken at once. Otherwise (a child still
+        exiting, a remote tail that can lag) reading goes on until the logs stay quiet for
+        DRAIN_QUIET_S, DRAIN_MAX_S at most.
         """
         if self.follower is not None:
             clock = self.clock
             quiet_since = clock.monotonic()
             deadline = quiet_since + DRAIN_MAX_S
+            gone = False
             while (now := clock.monotonic()) < deadline and now - quiet_since < DRAIN_QUIET_S:
                 self._on_turn()  # a flood keeps the logs busy for DRAIN_MAX_S: SIGTERM is answered here
+                # asked before the read, so a write before the last exit is in it; once gone, gone
+                gone = gone or self.writers_gone()
                 chunks = self.follower.read()
                 for chunk in chunks:
                     self.assembler.feed(chunk)
-                    self.output.feed(chunk)
+                    self.output.feed(tail_of(chunk))
                 if chunks:
                     quiet_since = clock.monotonic()
+                elif gone:
+                    break  # read to the end, and nobody is left to write more
                 else:
                     self.follower.wait(DRAIN_QUIET_S / 4)
         return flatten(self.assembler.take(self.clock.time(), final=True))
+
+    def writers_gone(self) -> bool:
+        """True when the service exited and no process of its session is left to write its logs
+        (local host only: a remote tail may still be delivering what they wrote)."""
+        process = self.supervisor.process
+        host = self.host
+        if process is None or not getattr(host, "local", False) or process.poll() is None:
+            return False
+        return not host.session_pids(process.pid)
 
     def stop(self, reason: str, final: bool = False, drain: bool | None = None,
              settle_s: float = 0.0) -> ExitStatus | None:
@@ -144,6 +163,15 @@ class ServiceRun:
         if self.follower is not None and not self._closed:
             self.follower.close()
         self._closed = True
+
+
+def tail_of(chunk):
+    """The chunk's last TAIL_LINES lines: all that a `ServiceOutput` keeps of it (its tails hold the
+    newest TAIL_LINES lines, fewer when they pass TAIL_BYTES), without a per-line loop over the rest."""
+    if len(chunk.lines) <= TAIL_LINES:
+        return chunk
+    return replace(chunk, first_number=chunk.first_number + len(chunk.lines) - TAIL_LINES,
+                   lines=chunk.lines[-TAIL_LINES:], text=None)
 
 
 class TurningHost:

@@ -125,24 +125,74 @@ def test_calm_flood_is_read_in_few_wakeups_and_nothing_is_lost(log_path):
     assert reads <= elapsed / interval + 3, (reads, elapsed)
 
 
-def test_calm_read_holds_the_next_one_back_a_traceback_line_does_not(log_path):
-    hold = 0.5
+def test_calm_read_in_a_flood_holds_the_next_one_back_a_traceback_line_does_not(log_path):
+    hold = 2.0
     with Follower([log_path], min_read_interval_s=hold) as follower:
         append(log_path, CALM)
         assert len(follower.read()) == 1
+        append(log_path, CALM)
+        assert len(follower.read()) == 1  # a second read within `hold` of the first: a flood
         read_at = time.monotonic()
         append(log_path, CALM)
         assert follower.wait(0.1) is True  # the deadline comes first: a change, unread
-        assert follower.wait(5.0) is True
+        assert follower.wait(10.0) is True
         assert time.monotonic() - read_at >= hold - 0.01
+        assert follower.holds == 2
         follower.read()
         append(log_path, b'  File "/x/scheduler.py", line 9, in run\n')
         follower.read()
-        read_at = time.monotonic()
         append(log_path, b"RuntimeError: boom\n")
-        assert follower.wait(5.0) is True
-        assert time.monotonic() - read_at < hold - 0.1
+        holds = follower.holds
+        assert follower.wait(10.0) is True
+        assert follower.holds == holds  # an untagged line was read last: nothing held back
         assert lines_of(follower.read()) == ["RuntimeError: boom"]
+
+
+def test_a_line_after_a_quiet_spell_is_read_without_hold_off(log_path):
+    """20 decode lines/s is one read per 50 ms, more than the interval apart: never held back,
+    so a crash right after ordinary traffic is read at once."""
+    interval = 0.05
+    with Follower([log_path], min_read_interval_s=interval) as follower:
+        for _ in range(5):
+            append(log_path, CALM)
+            assert follower.wait(10.0) is True
+            assert len(follower.read()) == 1
+            time.sleep(interval * 2)  # the quiet spell: longer than the interval, on any box
+        append(log_path, b"[2026-07-28 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n")
+        assert follower.wait(10.0) is True
+        assert lines_of(follower.read())[0].endswith("Traceback (most recent call last):")
+        assert (follower.reads, follower.holds) == (6, 0)
+
+
+def test_a_traceback_header_in_a_flood_does_not_hold_the_next_read_back(log_path):
+    """In a flood the rest of a crash is not held back behind its tagged header line."""
+    with Follower([log_path], min_read_interval_s=5.0) as follower:
+        append(log_path, CALM)
+        follower.read()
+        append(log_path, CALM)
+        follower.read()  # within 5 s of the first: a flood
+        append(log_path, b"[2026-07-28 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n")
+        follower.read()
+        append(log_path, b'  File "/x/scheduler.py", line 9, in run\n')
+        assert follower.wait(10.0) is True
+        assert follower.holds == 0
+        assert lines_of(follower.read()) == ['  File "/x/scheduler.py", line 9, in run']
+
+
+def test_lines_that_keep_coming_during_a_hold_off_keep_the_pacing(log_path):
+    """A flood stays paced: the read after a hold-off that found new lines is held back again."""
+    hold = 2.0
+    with Follower([log_path], min_read_interval_s=hold) as follower:
+        append(log_path, CALM)
+        follower.read()
+        append(log_path, CALM)
+        follower.read()  # within `hold` of the first (generous on a loaded box): the flood begins
+        for round_ in range(2):
+            append(log_path, CALM)
+            assert follower.wait(10.0) is True
+            assert follower.holds == round_ + 1
+            append(log_path, CALM)  # more came while it was held back
+            follower.read()
 
 
 def test_unfinished_line_is_not_calm(log_path):

@@ -26,10 +26,15 @@ log = structlog.get_logger(__name__)
 BLOCK_BYTES = 64 * 1024  # one read; a LogChunk holds the complete lines of one block
 TAIL_BYTES = 64  # bytes before our offset, remembered to notice a file truncated and regrown past it
 TRUNCATION_MARKER = " [ddtreed: line truncated at {limit} bytes]"
-# After a read of only timestamped lines ("[2026-…"), the next read waits this long: a service
-# logging 1,000 lines/s then costs ~1/MIN_READ_INTERVAL_S wake-ups, not one per write. A read with
-# an untagged line (a traceback body, a C++ abort) or an unfinished line is followed at once.
+# Pacing for floods: while reads come faster than this (the read before came less than this long
+# ago, or the last hold-off found new lines waiting), a read of only timestamped lines ("[2026-…")
+# holds the next one back this long: a service logging 1,000 lines/s then costs
+# ~1/MIN_READ_INTERVAL_S wake-ups, not one per write. Reads further apart than this (20 lines/s:
+# one every 50 ms) are never held back, so a crash after ordinary traffic is read at once; a read
+# with an untagged line (a traceback body, a C++ abort), a traceback header or an unfinished line
+# is followed at once, flood or not.
 MIN_READ_INTERVAL_S = 0.020
+TRACEBACK_HEADER = "Traceback (most recent call last):"  # a tagged line that starts a crash's output
 _UNTAGGED = re.compile(r"(?:\A|\n)(?!\[\d)")
 
 
@@ -67,6 +72,10 @@ class Follower:
         self._min_read_interval_s = (MIN_READ_INTERVAL_S if min_read_interval_s is None
                                      else min_read_interval_s)
         self._next_read_at = 0.0  # monotonic; wait() holds a change back until then
+        self._last_read_at = -1e9  # monotonic time of the last read
+        self._paced = False  # the coming read follows a hold-off directly: a flood goes on
+        self.reads = 0  # reads done, and how many of them a hold-off delayed (for tests/benchmarks)
+        self.holds = 0
         # The last read, judged calm or not only when wait() needs it: a backlog never does.
         self._unjudged: tuple[float, list[LogChunk]] | None = None
         self._backlog = False  # a read stopped at max_bytes_per_read with data left
@@ -87,8 +96,11 @@ class Follower:
                 # A file vanishing between stat and read is a race, not a failure: retry next time.
                 log.warning("log_read_failed", path=source.path, error=str(error))
                 self._close(source)
-        self._next_read_at = 0.0
-        self._unjudged = (time.monotonic(), chunks) if self._maybe_calm(chunks) else None
+        now = time.monotonic()
+        flood = self._paced or now - self._last_read_at < self._min_read_interval_s
+        self._next_read_at, self._last_read_at, self._paced = 0.0, now, False
+        self.reads += 1
+        self._unjudged = (now, chunks) if flood and self._maybe_calm(chunks) else None
         return chunks
 
     def wait(self, timeout: float) -> bool:
@@ -97,11 +109,13 @@ class Follower:
         if self._backlog:
             return True
         self._judge()
-        self._hold_off(deadline)
+        held = self._hold_off(deadline)
         while True:
             if self._has_unread():
                 self._watcher.drain()  # the coming read covers every write these events stand for
+                self._paced = held  # lines came in during the hold-off: still a flood
                 return True
+            held = False
             # An event only says "look": the write may be one already read.
             while True:
                 remaining = deadline - time.monotonic()
@@ -143,15 +157,18 @@ class Follower:
             return
         read_at, chunks = self._unjudged
         self._unjudged = None
-        if not any(_UNTAGGED.search(chunk.text) for chunk in chunks):
+        if not any(_UNTAGGED.search(chunk.text) or TRACEBACK_HEADER in chunk.text for chunk in chunks):
             self._next_read_at = read_at + self._min_read_interval_s
 
-    def _hold_off(self, deadline: float) -> None:
-        """After a calm read, sleep until `_next_read_at` without watching: a flood then costs
-        one wake-up per read, and whatever came meanwhile is read in one go."""
+    def _hold_off(self, deadline: float) -> bool:
+        """After a calm read in a flood, sleep until `_next_read_at` without watching: a flood
+        then costs one wake-up per read, and whatever came meanwhile is read in one go."""
         delay = min(self._next_read_at, deadline) - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+        if delay <= 0:
+            return False
+        self.holds += 1
+        time.sleep(delay)
+        return True
 
     # --- one source -------------------------------------------------------------------------
 

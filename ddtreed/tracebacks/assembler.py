@@ -7,6 +7,7 @@ lines of a traceback in progress) get per-line Python work.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass, field, replace
 
@@ -25,6 +26,15 @@ log = structlog.get_logger(__name__)
 MAX_READY_GROUPS = 2
 CONTEXT_LOOKBACK = 8  # lines before a traceback header searched for warnings that explain it
 CONSUMED, FINISH, SKIPPED = "consumed", "finish", "skipped"
+# What an untagged line outside a traceback must hold to have any effect (`_idle_line` and
+# `_idle_native`): a torch rank prefix, a frame, a device assert, a header, a fatal line, argparse's
+# error, a C++ abort, a milestone, or a context word (which every bare `…Error: ` / `…Exception: `
+# line holds too). With no C++ abort waiting for its what() line, a line without any (NCCL INFO
+# chatter, tqdm bars, a warning's second line) costs this one C-level search.
+_IDLE_NEEDLES = ("[rank", 'File "', grammar.DEVICE_ASSERT, grammar.TRACEBACK_HEADER, *grammar.FATAL_NEEDLES,
+                 ": error: ", "terminate called after throwing", *grammar.CONTEXT_WORDS,
+                 *grammar.MILESTONE_NEEDLES)
+_IDLE_GATE = re.compile("|".join(re.escape(needle) for needle in sorted(set(_IDLE_NEEDLES), key=len, reverse=True)))
 
 
 @dataclass
@@ -247,6 +257,8 @@ class Assembler:
 
     def _idle_line(self, state: _SourceState, chunk: LogChunk, number: int, body: str) -> None:
         """An untagged line with no traceback waiting for it."""
+        if state.terminate is None and _IDLE_GATE.search(body) is None:
+            return  # nothing in it can open, end or explain a crash
         now, stripped = chunk.received_at, body.strip()
         if not stripped:
             return
