@@ -33,7 +33,7 @@ def make_state_dir(directory: Path, incidents: int) -> None:
     from ddtreed.incidents.connection import DATABASE_NAME
     from ddtreed.records import Crash, RuleMatch
     from ddtreed.signature import signature_of
-    from ddtreed.status import DaemonStatus, write_status
+    from ddtreed.ops.status import DaemonStatus, write_status
 
     store = Store(directory / DATABASE_NAME)
     crash = Crash(kind="traceback", exception="RuntimeError", message="The size of tensor a (8) must match",

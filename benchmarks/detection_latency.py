@@ -1,6 +1,6 @@
 """Detection latency through the real daemon: from a rank's last traceback write to the incident row.
 
-Code path timed: the real `ddtreed.daemon.Daemon` (built from a real config by `wiring.build`, its
+Code path timed: the real `ddtreed.loop.daemon.Daemon` (built from a real config by `wiring.build`, its
 `run()` loop in a thread of this process) supervising a real service process
 (benchmarks/bench_service.py) that logs SGLang decode lines at `--lines-per-s` (default 20) and
 serves HTTP. On cue (SIGUSR2) the service writes the founding traceback of its two TP ranks (the
@@ -35,7 +35,7 @@ from _common import CpuHogs, emit, load_info, percentile, quiet_logs, spread
 
 import fast_service  # noqa: E402  (tests/programs, on sys.path through _common)
 from ddtreed.config import load  # noqa: E402
-from ddtreed.daemon import Daemon  # noqa: E402
+from ddtreed.loop.daemon import Daemon  # noqa: E402
 from ddtreed.demo import free_port  # noqa: E402
 
 SERVICE = Path(__file__).resolve().parent / "bench_service.py"

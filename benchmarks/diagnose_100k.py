@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ddtreed.logsetup import configure  # noqa: E402  (after the path insert, on purpose)
+from ddtreed.ops.logsetup import configure  # noqa: E402  (after the path insert, on purpose)
 from ddtreed.paths import shipped  # noqa: E402
 from ddtreed.rules import load_rules  # noqa: E402
 from ddtreed.tracebacks import assemble_lines  # noqa: E402

@@ -67,7 +67,7 @@ def start_servers(directory: Path, count: int, extra_config: str) -> tuple[list[
 def populate_state_dirs(directory: Path, servers: list[sshd.Sshd], daemon_pid: int, database: bool = True) -> None:
     """Each host's state dir: a live daemon's snapshot and a 3-incident database (one template copied)."""
     from ddtreed.incidents import Store, database_path
-    from ddtreed.status import DaemonStatus, write_status
+    from ddtreed.ops.status import DaemonStatus, write_status
 
     template = directory / "template-state"
     template.mkdir(mode=0o700)

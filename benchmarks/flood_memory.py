@@ -21,7 +21,7 @@ from _common import emit, events, start_daemon, stop_daemon, wait_for
 
 import fast_service  # noqa: E402  (tests/programs, put on sys.path by _common)
 from ddtreed.demo import free_port  # noqa: E402
-from ddtreed.status import read_status  # noqa: E402
+from ddtreed.ops.status import read_status  # noqa: E402
 
 MB = 1024 * 1024
 

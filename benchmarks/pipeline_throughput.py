@@ -1,6 +1,6 @@
 """Lines per second through the daemon's own path, `ServiceRun.pump`, on real-SGLang log mixes.
 
-Code path timed: `ddtreed.service_run.ServiceRun.pump(0.2)` exactly as `Daemon._watch` calls it
+Code path timed: `ddtreed.service.service_run.ServiceRun.pump(0.2)` exactly as `Daemon._watch` calls it
 (`on_turn`, `Follower.wait`, `Follower.read`, `Assembler(eager=True).feed`, `MilestoneTracker.feed`,
 `Assembler.take`), on a `ServiceRun` built from a real config, following the service's log path
 (`<log_dir>/service.stdout.log`, opened through `LocalHost.open_follower` as `ServiceRun.start`
@@ -61,8 +61,8 @@ def service_run(directory: Path):
     """A ServiceRun from a real config; its follower on the service's stdout log path."""
     from ddtreed.clock import SystemClock
     from ddtreed.config import load
-    from ddtreed.host import LocalHost
-    from ddtreed.service_run import ServiceRun
+    from ddtreed.service.host import LocalHost
+    from ddtreed.service.service_run import ServiceRun
 
     config_path = directory / "ddtreed.toml"
     config_path.write_text(f'[service]\nargv = ["{sys.executable}", "-c", "pass"]\n\n[paths]\n'
@@ -128,7 +128,7 @@ def child(mix: str, path: str, expected: int) -> dict:
 
 def plain_loop(path: str) -> tuple[int, float, float, int]:
     """The honest floor: `for line in f` with the same needles and the untagged check."""
-    from ddtreed.health import _NEEDLES as milestone_needles
+    from ddtreed.health.probes import _NEEDLES as milestone_needles
     from ddtreed.tracebacks.grammar import TAGGED_NEEDLES
 
     needles = tuple(TAGGED_NEEDLES) + tuple(milestone_needles)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from _common import emit, load_info, percentile, quiet_logs, spread
 
-from ddtreed.host import LocalHost  # noqa: E402
+from ddtreed.service.host import LocalHost  # noqa: E402
 from ddtreed.logs import Follower  # noqa: E402
 
 WRITER = (

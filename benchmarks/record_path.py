@@ -23,12 +23,12 @@ from pathlib import Path
 from _common import emit, load_info, percentile, quiet_logs
 
 import fast_service  # noqa: E402  (tests/programs, on sys.path through _common)
-from ddtreed.host import write_atomic  # noqa: E402
+from ddtreed.service.host import write_atomic  # noqa: E402
 from ddtreed.incidents import Store  # noqa: E402
 from ddtreed.paths import shipped  # noqa: E402
 from ddtreed.records import ServiceContext  # noqa: E402
 from ddtreed.rules import load_rules  # noqa: E402
-from ddtreed.status import DaemonStatus, status_path, write_status  # noqa: E402
+from ddtreed.ops.status import DaemonStatus, status_path, write_status  # noqa: E402
 from ddtreed.tracebacks import assemble_lines  # noqa: E402
 
 CONTEXT = ServiceContext(speculative_algorithm="DDTREE", block_size=8, ddtree_budget=32, tp_size=2)
@@ -82,7 +82,7 @@ def main() -> None:
         full.close()
         normal.close()
     result = {"benchmark": "record_path", "events": args.events,
-              "code_path": "ddtreed.status.write_status, RuleSet.diagnose (shipped rules), Store.open_incident",
+              "code_path": "ddtreed.ops.status.write_status, RuleSet.diagnose (shipped rules), Store.open_incident",
               "baseline": "same run: the snapshot by host.write_atomic (fsyncs, as up to 16ef28d); "
                           "open_incident with PRAGMA synchronous=NORMAL",
               "load_before": load_before, "load_after": load_info()}

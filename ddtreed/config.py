@@ -62,7 +62,7 @@ class ProbeConfig:
     min_accept_length: float | None = None  # floor; None = only the learned baseline
     accept_baseline_fraction: float = 0.5  # fail below this fraction of the learned baseline
     poll_interval_s: float = 0.5
-    # while serving (ddtreed/serving.py): a health probe every serving_interval_s (0: off), an
+    # while serving (ddtreed/health/serving.py): a health probe every serving_interval_s (0: off), an
     # incident after serving_failures failures in a row; `cuda graph: False` on eager_fallback_lines
     # decode lines in a row after a capture is the silent eager fallback
     serving_interval_s: float = 10.0
@@ -317,7 +317,7 @@ def _check(config: Config) -> None:
             raise ConfigError(f"{source}: {key} must be >= 0 (0: no limit), got {value:g}")
     if not 0 < config.probe.accept_baseline_fraction <= 1:
         raise ConfigError(f"{source}: probe.accept_baseline_fraction must be in (0, 1]")
-    from .notify import check_hooks
+    from .ops.notify import check_hooks
 
     hooks = config.notify
     problem = check_hooks(hooks.webhook, hooks.command, hooks.timeout_s, hooks.retries,

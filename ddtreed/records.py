@@ -41,9 +41,9 @@ CrashKind = Literal[
     "killed",            # the service ended without any traceback
     "nccl-watchdog",     # the NCCL watchdog's collective timeout
     "error-line",        # a fatal line outside any traceback (bind error, fatal signal, HSA, Xid, usage)
-    "canary",            # a failed output canary (ddtreed/canary), no traceback
+    "canary",            # a failed output canary (ddtreed/health/canary), no traceback
     "probe-failed",      # a health/generate probe failed, no traceback
-    "serving",           # the serving watch (ddtreed/serving.py): hung, eager fallback, collapse
+    "serving",           # the serving watch (ddtreed/health/serving.py): hung, eager fallback, collapse
 ]
 CRASH_KINDS: tuple[str, ...] = get_args(CrashKind)
 
@@ -55,7 +55,7 @@ Step = Literal[
     "detected", "diagnosed", "advised", "skipped", "applied", "apply-failed", "restarting",
     "restarted", "healthy", "failed", "verified", "reverted", "revert-failed", "recurred",
     "not-remediated", "escalated", "reconciled", "observed",
-    "notified", "notify-failed",  # a hook delivery (ddtreed.notify.Hooks), recorded by the loop
+    "notified", "notify-failed",  # a hook delivery (ddtreed.ops.notify.Hooks), recorded by the loop
 ]
 STEPS: tuple[str, ...] = get_args(Step)
 
@@ -279,7 +279,7 @@ class HealthResult:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What verification concluded about one (re)start: the typed result of `ddtreed.verify`."""
+    """What verification concluded about one (re)start: the typed result of `ddtreed.health.verify`."""
 
     ok: bool
     detail: str

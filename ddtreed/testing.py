@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable
 
-from .host import CommandResult
+from .service.host import CommandResult
 from .records import ExitStatus, HealthResult, LogChunk
 
 READY_LINE = "The server is fired up and ready to roll!"

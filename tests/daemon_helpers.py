@@ -13,9 +13,9 @@ from pathlib import Path
 
 from ddtreed.cli.run_cmd import stop_on
 from ddtreed.config import Config, from_mapping, load
-from ddtreed.daemon import Daemon
+from ddtreed.loop.daemon import Daemon
 from ddtreed.demo import free_port, prepare, to_toml
-from ddtreed.demo.install import install_engine
+from ddtreed.demo.engine_install import install_engine
 from ddtreed.incidents import Store
 from ddtreed.records import Healthy, Outcome
 

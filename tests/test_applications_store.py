@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddtreed.host import LocalHost
+from ddtreed.service.host import LocalHost
 from ddtreed.incidents import Store, database_path
 from ddtreed.paths import shipped
 from ddtreed.records import Application

@@ -8,9 +8,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ddtreed.canary import Canary, CanaryError, PeriodicCanary, golden_key
+from ddtreed.health.canary import Canary, CanaryError, PeriodicCanary, golden_key
 from ddtreed.config import CanaryConfig
-from ddtreed.health import Prober
+from ddtreed.health.probes import Prober
 from ddtreed.incidents import Store
 from ddtreed.records import ServiceContext
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ddtreed.canary.compare import LoopLimit, compare, degenerate_loop, degenerate_repetition
-from ddtreed.canary.core import _unusable, loop_limit
-from ddtreed.canary.client import Generation
+from ddtreed.health.canary.compare import LoopLimit, compare, degenerate_loop, degenerate_repetition
+from ddtreed.health.canary.core import _unusable, loop_limit
+from ddtreed.health.canary.client import Generation
 from ddtreed.config import CanaryConfig
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang-0.5.16"

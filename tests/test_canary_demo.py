@@ -19,12 +19,12 @@ from types import SimpleNamespace
 import pytest
 
 from ladder_helpers import Ladder
-from ddtreed.canary import Canary, canary_crash, result_from_dict
+from ddtreed.health.canary import Canary, canary_crash, result_from_dict
 from ddtreed.config import load
 from ddtreed.context import service_context
 from ddtreed.demo import REPO_ROOT, prepare, to_toml
-from ddtreed.health import Prober
-from ddtreed.host import LocalHost
+from ddtreed.health.probes import Prober
+from ddtreed.service.host import LocalHost
 from ddtreed.incidents import Store
 from ddtreed.paths import shipped
 from ddtreed.remediation import Engine, load_remediations

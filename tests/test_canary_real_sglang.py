@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from ddtreed.canary import Canary, DEFAULT_PROMPTS, golden_key
-from ddtreed.canary.compare import compare
-from ddtreed.canary.core import canary_baseline_key, golden_variants, loop_limit
+from ddtreed.health.canary import Canary, DEFAULT_PROMPTS, golden_key
+from ddtreed.health.canary.compare import compare
+from ddtreed.health.canary.core import canary_baseline_key, golden_variants, loop_limit
 from ddtreed.config import CanaryConfig
-from ddtreed.demo import model as demo_model
-from ddtreed.health import Prober
+from ddtreed.demo import language_model as demo_model
+from ddtreed.health.probes import Prober
 from ddtreed.incidents import Store
 from ddtreed.records import ServiceContext
-from ddtreed.verify import baseline_key
+from ddtreed.health.verify import baseline_key
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang-0.5.16"
 DEFAULTS = CanaryConfig()
@@ -155,7 +155,7 @@ def test_real_repeats_replayed_through_the_canary_pass_and_say_where_they_vary(r
         assert "(1 past the first 8 tokens only)" in result.detail
     stored = store.canary_runs(1)[0]["data"]["prompts"][0]
     assert stored["output_ids"] == bodies[2]["output_ids"]  # the whole answer, for the next analysis
-    from ddtreed.canary import result_from_dict
+    from ddtreed.health.canary import result_from_dict
 
     newer = {**store.canary_runs(1)[0]["data"], "from_a_newer_ddtreed": 1}
     newer["prompts"] = [{**p, "also_newer": True} for p in newer["prompts"]]
@@ -179,7 +179,7 @@ def test_every_distinct_output_of_a_recording_is_a_golden_variant(replay, store)
 
 
 def test_status_shows_a_tolerated_variation_apart_from_a_divergence(replay, store):
-    from ddtreed.canary.view import render
+    from ddtreed.health.canary.view import render
 
     prompt, bodies = real_repeats()
     canary = Canary(store, CanaryConfig(prompts=(prompt,), max_new_tokens=256, golden_samples=1))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ddtreed.canary import GoldenKey, canary_crash, compare
-from ddtreed.canary.compare import degenerate_repetition, divergence
-from ddtreed.canary.results import CanaryResult, PromptResult, result_from_dict
+from ddtreed.health.canary import GoldenKey, canary_crash, compare
+from ddtreed.health.canary.compare import degenerate_repetition, divergence
+from ddtreed.health.canary.results import CanaryResult, PromptResult, result_from_dict
 from ddtreed.paths import shipped
 from ddtreed.records import ServiceContext
 from ddtreed.remediation import load_remediations

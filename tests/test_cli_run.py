@@ -16,10 +16,10 @@ import psutil
 import pytest
 
 from ddtreed.demo import prepare, to_toml
-from ddtreed.health import Prober
-from ddtreed.host import port_in_use
+from ddtreed.health.probes import Prober
+from ddtreed.service.host import port_in_use
 from ddtreed.paths import shipped
-from ddtreed.status import read_status
+from ddtreed.ops.status import read_status
 from tests.daemon_helpers import ROOT
 from supervision_helpers import wait_for
 

@@ -22,7 +22,7 @@ from ddtreed.cli.status_read import incident_counts, pid_exists, process_started
 from ddtreed.incidents import Store, database_path
 from ddtreed.records import Application, Crash, RuleMatch
 from ddtreed.signature import signature_of
-from ddtreed.status import DaemonStatus, write_status
+from ddtreed.ops.status import DaemonStatus, write_status
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("sqlite_utils", "structlog", "psutil", "torch", "prometheus_client", "paramiko", "watchdog")
@@ -88,7 +88,7 @@ def test_status_imports_neither_the_store_nor_structlog_nor_psutil(tmp_path, sta
     code, modules, out = imported(tmp_path, "status", "--state-dir", str(state), *args)
     assert code == 0, out  # running: our pid wrote the snapshot
     assert heavy(modules) == []
-    assert not [m for m in modules if m.startswith(("ddtreed.incidents", "ddtreed.daemon", "ddtreed.logsetup"))]
+    assert not [m for m in modules if m.startswith(("ddtreed.incidents", "ddtreed.loop.daemon", "ddtreed.ops.logsetup"))]
     assert [m for m in modules if m.startswith("ddtreed.cli.") and m.endswith("_cmd")] == ["ddtreed.cli.service_cmd"]
     if args:
         report = json.loads(out)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ddtreed.config import from_mapping
 from ddtreed.context import probe_installation, service_context, version_in_site_packages
-from ddtreed.host import LocalHost
+from ddtreed.service.host import LocalHost
 
 PYTHON = sys.executable
 

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from ddtreed.metrics import start_metrics
-from ddtreed.status import DaemonStatus
+from ddtreed.ops.metrics import start_metrics
+from ddtreed.ops.status import DaemonStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "contrib" / "prometheus" / "ddtreed-alerts.yml"

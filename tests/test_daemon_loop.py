@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ddtreed.demo.install import install_engine
+from ddtreed.demo.engine_install import install_engine
 from ddtreed.incidents import Store
 from ddtreed.remediation import Engine, load_remediations
 from ddtreed.paths import shipped
-from ddtreed.host import LocalHost
+from ddtreed.service.host import LocalHost
 from tests.daemon_helpers import demo_config, ddtreed, run_daemon, runner_path, steps_of, tree_hashes
 
 pytestmark = pytest.mark.slow

@@ -26,7 +26,7 @@ from fault_harness import DaemonProcess, kill_service_sessions, wait_for  # noqa
 from supervision_helpers import free_port  # noqa: E402
 
 from ddtreed.incidents import Store, database_path  # noqa: E402
-from ddtreed.status import read_status, status_path  # noqa: E402
+from ddtreed.ops.status import read_status, status_path  # noqa: E402
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from ddtreed.cli.run_cmd import stop_on
-from ddtreed.daemon import Daemon
+from ddtreed.loop.daemon import Daemon
 from ddtreed.incidents import Store, database_path
 from ddtreed.records import Healthy, Outcome
 

@@ -10,10 +10,10 @@ import pytest
 
 from ddtreed.config import load
 from ddtreed.demo import prepare
-from ddtreed.demo.model import encode, decode, target_next
-from ddtreed.health import MilestoneTracker, Prober
-from ddtreed.host import LocalHost, port_in_use
-from ddtreed.launch import Supervisor
+from ddtreed.demo.language_model import encode, decode, target_next
+from ddtreed.health.probes import MilestoneTracker, Prober
+from ddtreed.service.host import LocalHost, port_in_use
+from ddtreed.service.launch import Supervisor
 from ddtreed.records import ExitStatus
 from supervision_helpers import wait_for
 

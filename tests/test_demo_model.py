@@ -11,8 +11,8 @@ import pytest
 
 from ddtreed.config import load
 from ddtreed.demo import prepare
-from ddtreed.demo.install import TEMPLATE
-from ddtreed.demo.model import VOCAB_SIZE, accept, build_tree, chain_tree, target_next
+from ddtreed.demo.engine_install import TEMPLATE
+from ddtreed.demo.language_model import VOCAB_SIZE, accept, build_tree, chain_tree, target_next
 
 
 def speculate(root: int, tokens: int, block: int, budget: int | None, **flags) -> tuple[list[int], float]:
@@ -99,6 +99,6 @@ def test_prepare_again_reverts_a_patched_engine(tmp_path: Path):
 def test_the_daemon_side_never_imports_torch():
     import subprocess
 
-    code = ("import sys, ddtreed.demo, ddtreed.demo.server, ddtreed.launch, ddtreed.health, "
-            "ddtreed.restart, ddtreed.host; sys.exit('torch' in sys.modules)")
+    code = ("import sys, ddtreed.demo, ddtreed.demo.server, ddtreed.service.launch, ddtreed.health.probes, "
+            "ddtreed.restart, ddtreed.service.host; sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -16,8 +16,8 @@ import pytest
 
 from ddtreed.config import load
 from ddtreed.demo import prepare
-from ddtreed.host import LocalHost
-from ddtreed.launch import Supervisor
+from ddtreed.service.host import LocalHost
+from ddtreed.service.launch import Supervisor
 from ddtreed.records import ExitStatus
 
 from supervision_helpers import wait_for

@@ -30,11 +30,11 @@ from fault_harness import DaemonProcess, count, kill_service_sessions, wait_for 
 from test_daemon_never_the_outage import _service_processes as service_processes  # noqa: E402
 
 from ddtreed.demo import free_port  # noqa: E402
-from ddtreed.host import LocalHost  # noqa: E402
+from ddtreed.service.host import LocalHost  # noqa: E402
 from ddtreed.incidents import Store, database_path  # noqa: E402
 from ddtreed.paths import shipped  # noqa: E402
 from ddtreed.remediation import Engine, load_remediations  # noqa: E402
-from ddtreed.status import read_status  # noqa: E402
+from ddtreed.ops.status import read_status  # noqa: E402
 
 TRIALS = 50
 WORKERS = 4  # trials mostly wait (settle window, probes): four at a time fit two cores

@@ -19,11 +19,11 @@ import fast_service  # noqa: E402
 from fault_harness import DaemonProcess, count, wait_for  # noqa: E402
 
 from ddtreed.demo import free_port  # noqa: E402
-from ddtreed.host import LocalHost  # noqa: E402
+from ddtreed.service.host import LocalHost  # noqa: E402
 from ddtreed.incidents import Store, database_path  # noqa: E402
 from ddtreed.paths import shipped  # noqa: E402
 from ddtreed.remediation import Engine, load_remediations  # noqa: E402
-from ddtreed.status import read_status  # noqa: E402
+from ddtreed.ops.status import read_status  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -20,12 +20,12 @@ from fault_harness import DaemonProcess, wait_for  # noqa: E402
 
 from ddtreed.cli import main  # noqa: E402
 from ddtreed.demo import free_port  # noqa: E402
-from ddtreed.demo.install import install_engine  # noqa: E402
+from ddtreed.demo.engine_install import install_engine  # noqa: E402
 from ddtreed.paths import shipped  # noqa: E402
-from ddtreed.host import LocalHost  # noqa: E402
+from ddtreed.service.host import LocalHost  # noqa: E402
 from ddtreed.remediation import Engine, load_remediations  # noqa: E402
 from ddtreed.rules import load_rules  # noqa: E402
-from ddtreed.status import status_path  # noqa: E402
+from ddtreed.ops.status import status_path  # noqa: E402
 
 PATCH = "ddtree-verify-graph-width"
 

@@ -11,7 +11,7 @@ import pytest
 from ddtreed.config import from_mapping
 from ddtreed.fleet import InventoryError, host_for, load_inventory
 from ddtreed.fleet.ssh import resolve
-from ddtreed.host import LocalHost
+from ddtreed.service.host import LocalHost
 
 REPO = Path(__file__).resolve().parent.parent
 

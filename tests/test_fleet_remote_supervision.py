@@ -20,9 +20,9 @@ from structlog.testing import capture_logs
 import sshd
 from ddtreed.context import service_context
 from ddtreed.fleet import host_for
-from ddtreed.fleet.follower import RemoteFollower
+from ddtreed.fleet.remote_follower import RemoteFollower
 from ddtreed.fleet.remote_host import SshHost
-from ddtreed.host import LocalHost
+from ddtreed.service.host import LocalHost
 from ddtreed.incidents import Store
 from ddtreed.paths import shipped
 from ddtreed.remediation import Engine, load_remediations

@@ -21,7 +21,7 @@ import sshd
 from ddtreed.fleet import load_inventory, run_on_hosts
 from ddtreed.fleet.runner import MAX_AUTO_CONCURRENCY, pool_size
 from ddtreed.incidents import Store, database_path
-from ddtreed.status import DaemonStatus, write_status
+from ddtreed.ops.status import DaemonStatus, write_status
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not sshd.available(), reason="needs root and /usr/sbin/sshd (.ci/sshd-setup.sh)")]

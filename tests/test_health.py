@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ddtreed.health import MilestoneTracker, Prober
-from ddtreed.host import http_base_url
+from ddtreed.health.probes import MilestoneTracker, Prober
+from ddtreed.service.host import http_base_url
 from ddtreed.records import LogChunk
 
 from supervision_helpers import free_port

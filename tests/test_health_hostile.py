@@ -16,9 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ddtreed.canary.client import generate as canary_generate
-from ddtreed.canary.client import service_load
-from ddtreed.health import Prober, request
+from ddtreed.health.canary.client import generate as canary_generate
+from ddtreed.health.canary.client import service_load
+from ddtreed.health.probes import Prober, request
 
 GENERATE_OK = {"text": " Paris.", "output_ids": [1, 2], "meta_info": {"completion_tokens": 2,
                                                                        "spec_accept_length": 3.0}}

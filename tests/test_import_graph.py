@@ -100,12 +100,12 @@ def test_the_checker_finds_a_cycle():
 
 def test_the_middle_is_wired_one_way():
     graph = import_graph()
-    stages = ("ddtreed.verify", "ddtreed.preflight_gate", "ddtreed.remediation.ladder",
-              "ddtreed.wiring", "ddtreed.service_run", "ddtreed.lifecycle",
-              "ddtreed.records", "ddtreed.recovery", "ddtreed.serving",
-              "ddtreed.notify", "ddtreed.status", "ddtreed.progress")
+    stages = ("ddtreed.health.verify", "ddtreed.loop.preflight_gate", "ddtreed.remediation.ladder",
+              "ddtreed.loop.wiring", "ddtreed.service.service_run", "ddtreed.loop.lifecycle",
+              "ddtreed.records", "ddtreed.loop.recovery", "ddtreed.health.serving",
+              "ddtreed.ops.notify", "ddtreed.ops.status", "ddtreed.ops.progress")
     for stage in stages:
-        assert "ddtreed.daemon" not in graph[stage], stage
+        assert "ddtreed.loop.daemon" not in graph[stage], stage
     assert graph["ddtreed.records"] == set()  # the vocabulary imports nothing of ours
 
 
@@ -128,5 +128,14 @@ def test_no_module_calls_another_modules_private_method():
 
 def test_the_daemon_holds_the_loop_only():
     """Issue 13's bound: what is not the loop or a transition lives in its stage module."""
-    lines = modules()["ddtreed.daemon"].read_text(encoding="utf-8").count("\n")
+    lines = modules()["ddtreed.loop.daemon"].read_text(encoding="utf-8").count("\n")
     assert lines <= 300, f"ddtreed daemon module: {lines} lines"
+
+
+def test_one_meaning_per_module_name():
+    """No two modules of ddtreed/ share a file name (the demo's separate engine package aside)."""
+    seen: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        if path.name not in ("__init__.py", "__main__.py") and "ddtreed_demo_engine" not in name:
+            seen.setdefault(path.name, []).append(name)
+    assert {base: names for base, names in seen.items() if len(names) > 1} == {}

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from ddtreed.cli import main
 from ddtreed.config import from_mapping
-from ddtreed.daemon import EXIT_OK, Daemon
+from ddtreed.loop.daemon import EXIT_OK, Daemon
 from ddtreed.incidents import Store, database_path
 from ddtreed.incidents.retention import DAY_S, Retention, prune
-from ddtreed.notify import Notifier
+from ddtreed.ops.notify import Notifier
 from ddtreed.records import Application
 from ddtreed.testing import FakeClock, FakeHost, healthy
-from ddtreed.wiring import build
+from ddtreed.loop.wiring import build
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "/models/target", "--port", "30000"]

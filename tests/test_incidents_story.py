@@ -18,7 +18,7 @@ import pytest
 
 from ddtreed.cli import main
 from ddtreed.incidents import Store, database_path
-from ddtreed.incidents.evidence import ServiceOutput, StderrTail, evidence
+from ddtreed.incidents.stderr_tail import ServiceOutput, StderrTail, evidence
 from ddtreed.records import Application, Crash, LaunchChange, RuleMatch, Signature
 from supervision_helpers import ctrl_c_works
 

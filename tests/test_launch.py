@@ -11,8 +11,8 @@ import psutil
 import pytest
 from structlog.testing import capture_logs
 
-from ddtreed.host import LocalHost, port_in_use
-from ddtreed.launch import Supervisor, service_port
+from ddtreed.service.host import LocalHost, port_in_use
+from ddtreed.service.launch import Supervisor, service_port
 from ddtreed.records import ExitStatus
 
 from supervision_helpers import free_port, make_config, program, wait_for
@@ -118,7 +118,7 @@ def test_service_port_from_config_argv_or_default(tmp_path: Path):
 
 def test_stop_lets_an_sglang_like_launcher_drain_then_accepts_its_rc_137(tmp_path: Path):
     """Real 0.5.16: SIGTERM to the launcher alone, it drains, then SIGKILLs its own tree."""
-    from ddtreed.launch import is_requested_stop_exit
+    from ddtreed.service.launch import is_requested_stop_exit
 
     config = make_config(tmp_path, program("sglang_like_drain.py", 0.5), grace_s=20)
     supervisor = Supervisor(LocalHost(), config, list(config.service.argv), {})
@@ -153,7 +153,7 @@ def test_a_launcher_that_never_drains_gets_the_group_then_sigkill(tmp_path: Path
 
 
 def test_requested_stop_exits_are_not_crashes_but_other_codes_are():
-    from ddtreed.launch import is_requested_stop_exit
+    from ddtreed.service.launch import is_requested_stop_exit
 
     assert is_requested_stop_exit(ExitStatus(code=137, signal=None))
     assert is_requested_stop_exit(ExitStatus(code=None, signal=signal.SIGKILL))

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from ddtreed import logsetup
+from ddtreed.ops import logsetup
 
 ROOT = Path(__file__).resolve().parent.parent
 
 PROGRAM = """
 import logging, structlog
-from ddtreed import logsetup
+from ddtreed.ops import logsetup
 logsetup.configure({args})
-log = structlog.get_logger("ddtreed.daemon")
+log = structlog.get_logger("ddtreed.loop.daemon")
 log.info("service_started", pid=41)
 log.debug("follower_tick")
 with logsetup.incident_context(12):

@@ -10,14 +10,14 @@ from __future__ import annotations
 import pytest
 
 from ddtreed.config import from_mapping
-from ddtreed.daemon import EXIT_GAVE_UP, EXIT_OK, Daemon
-from ddtreed.lifecycle import IllegalTransition, Lifecycle, allowed
-from ddtreed.notify import Notifier
+from ddtreed.loop.daemon import EXIT_GAVE_UP, EXIT_OK, Daemon
+from ddtreed.loop.lifecycle import IllegalTransition, Lifecycle, allowed
+from ddtreed.ops.notify import Notifier
 from ddtreed.preflight import Finding
 from ddtreed.preflight.finding import WOULD_CRASH
 from ddtreed.records import DAEMON_STATES, STEPS, Crash, Healthy, Outcome
 from ddtreed.testing import FakeClock, FakeHost, Launch, crashing, founding_traceback, healthy
-from ddtreed.wiring import build
+from ddtreed.loop.wiring import build
 
 FOUNDING_ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "/models/target",
                  "--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "/models/draft",

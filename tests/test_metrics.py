@@ -20,9 +20,9 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from ddtreed.metrics import CONTENT_TYPE, FAMILIES, parse_listen, render, start_metrics
+from ddtreed.ops.metrics import CONTENT_TYPE, FAMILIES, parse_listen, render, start_metrics
 from ddtreed.records import Application, RuleMatch
-from ddtreed.status import STATES, DaemonStatus
+from ddtreed.ops.status import STATES, DaemonStatus
 
 PROMTOOL = shutil.which("promtool")
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -242,7 +242,7 @@ def test_idle_connections_hold_no_thread_and_the_endpoint_keeps_answering(endpoi
 
 
 def test_a_client_that_never_finishes_its_request_is_dropped(endpoint, monkeypatch):
-    from ddtreed import metrics
+    from ddtreed.ops import metrics
 
     server, _ = endpoint
     monkeypatch.setattr(metrics, "REQUEST_TIMEOUT_S", 0.5)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddtreed.notify import Notifier, scrub_environment
+from ddtreed.ops.notify import Notifier, scrub_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,7 +114,7 @@ def test_scrub_environment_keeps_the_rest():
 
 def test_a_real_child_process_notifies_through_its_environment(abstract_listener):
     address, receive = abstract_listener
-    code = ("from ddtreed.notify import Notifier; n = Notifier.from_environment(); "
+    code = ("from ddtreed.ops.notify import Notifier; n = Notifier.from_environment(); "
             "import sys; sys.exit(0 if n.ready('up') and n.watchdog() else 1)")
     env = dict(os.environ, NOTIFY_SOCKET=address)
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, timeout=60)
@@ -127,7 +127,7 @@ def test_unset_keeps_the_variables_from_the_service_tree(abstract_listener):
     """The daemon reads them once; the SGLang processes it starts must not see them."""
     address, receive = abstract_listener
     code = ("import os, subprocess, sys\n"
-            "from ddtreed.notify import Notifier\n"
+            "from ddtreed.ops.notify import Notifier\n"
             "n = Notifier.from_environment(unset=True)\n"
             "n.ready()\n"
             "child = subprocess.run([sys.executable, '-c', 'import os; print(sorted(k for k in os.environ "

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ddtreed.config import load
-from ddtreed.status import read_status
+from ddtreed.ops.status import read_status
 
 ROOT = Path(__file__).resolve().parent.parent
 

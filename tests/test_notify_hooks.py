@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from ddtreed.config import ConfigError, from_mapping
-from ddtreed.notify import EVENTS, Hooks, notification
+from ddtreed.ops.notify import EVENTS, Hooks, notification
 
 INCIDENT = {"id": 12, "category": "cuda-graph-shape-mismatch", "status": "escalated",
             "rule_id": "ddtree-verify-graph-width", "signature": "abc123"}
@@ -231,7 +231,7 @@ def test_notify_config_loads():
 def test_an_incident_from_the_store_becomes_a_notification_and_its_delivery_a_step(receiver, tmp_path):
     """What the daemon does: Store.get → document → hooks → completed() → add_step on the loop."""
     from ddtreed.incidents import Store
-    from ddtreed.notify import delivery_step, incident_notification
+    from ddtreed.ops.notify import delivery_step, incident_notification
     from ddtreed.records import Crash, RuleMatch
 
     store = Store(tmp_path / "incidents.sqlite3")

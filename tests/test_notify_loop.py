@@ -11,11 +11,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ddtreed.config import from_mapping
-from ddtreed.daemon import EXIT_GAVE_UP, Daemon
-from ddtreed.health import Prober
-from ddtreed.notify import Notifier
+from ddtreed.loop.daemon import EXIT_GAVE_UP, Daemon
+from ddtreed.health.probes import Prober
+from ddtreed.ops.notify import Notifier
 from ddtreed.testing import FakeClock, FakeHost, crashing
-from ddtreed.wiring import build
+from ddtreed.loop.wiring import build
 
 ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "/models/target",
         "--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "/models/draft",

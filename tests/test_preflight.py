@@ -12,7 +12,7 @@ import pytest
 
 from ddtreed.config import from_mapping
 from ddtreed.context import service_context
-from ddtreed.host import LocalHost
+from ddtreed.service.host import LocalHost
 from ddtreed.preflight import CHECKS, run_preflight, would_crash
 
 LAUNCH = "python -m sglang.launch_server --model-path m "

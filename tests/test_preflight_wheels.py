@@ -9,7 +9,7 @@ import pytest
 import wheels
 from ddtreed.config import load
 from ddtreed.context import parse_argv, version_in_site_packages
-from ddtreed.host import LocalHost
+from ddtreed.service.host import LocalHost
 from ddtreed.paths import shipped
 from ddtreed.preflight import CHECKS, run_preflight
 from ddtreed.remediation.flags import parse_version

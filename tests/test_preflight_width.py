@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ddtreed.config import load
 from ddtreed.context import parse_argv
-from ddtreed.host import LocalHost
+from ddtreed.service.host import LocalHost
 from ddtreed.paths import shipped
 from ddtreed.preflight import CHECKS, run_preflight
 from ddtreed.remediation.catalog import load_remediations

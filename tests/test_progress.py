@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddtreed import progress
+from ddtreed.ops import progress
 
 
 def test_startup_and_watch_texts():

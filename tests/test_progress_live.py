@@ -22,7 +22,7 @@ from supervision_helpers import wait_for  # noqa: E402
 
 from ddtreed import demo  # noqa: E402
 from ddtreed.incidents import Store, database_path  # noqa: E402
-from ddtreed.status import read_status  # noqa: E402
+from ddtreed.ops.status import read_status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW_S = 8.0
@@ -69,7 +69,7 @@ def test_progress_healthy_step_and_fresh_last_healthy(tmp_path):
             [incident] = store.list_incidents()
             steps = {s["step"]: s["at"] for s in store.get(incident["id"])["steps"]}
         assert steps["verified"] - steps["healthy"] >= WINDOW_S - 0.5
-        # Serving: `last healthy` keeps moving (the serving watch's probes, ddtreed/serving.py).
+        # Serving: `last healthy` keeps moving (the serving watch's probes, ddtreed/health/serving.py).
         before = read_status(state).last_healthy_at
 
         def served_and_seen() -> bool:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from ddtreed.context import service_context
-from ddtreed.host import LocalHost, port_in_use
+from ddtreed.service.host import LocalHost, port_in_use
 from ddtreed.incidents import Store
 from ddtreed.paths import shipped
 from ddtreed.remediation import Engine, load_remediations

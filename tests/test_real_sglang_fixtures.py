@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ddtreed.health import MilestoneTracker, Prober
-from ddtreed.host import http_base_url
+from ddtreed.health.probes import MilestoneTracker, Prober
+from ddtreed.service.host import http_base_url
 from ddtreed.logs import Follower
-from ddtreed.serving import ServingSettings, ServingWatch, parse_decode_line
+from ddtreed.health.serving import ServingSettings, ServingWatch, parse_decode_line
 from ddtreed.tracebacks import Assembler
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang-0.5.16"
@@ -272,7 +272,7 @@ def test_a_killed_scheduler_fed_line_by_line_is_one_crash_once_echoes_are_droppe
     """Live, the launcher's `SIGQUIT received… one child failed` arrives as a second child-death
     group; it is SGLang answering the first death, not a second one."""
     from ddtreed.records import LogChunk
-    from ddtreed.serving import is_echo, without_echoes
+    from ddtreed.health.serving import is_echo, without_echoes
 
     assembler, groups = Assembler(eager=True), []
     for index, line in enumerate((FIXTURES / "ck_scheduler.log").read_text().splitlines()):

@@ -8,9 +8,9 @@ import gzip
 import json
 from pathlib import Path
 
-from ddtreed.health import MilestoneTracker
+from ddtreed.health.probes import MilestoneTracker
 from ddtreed.records import LogChunk
-from ddtreed.serving import ServingSettings, ServingWatch, parse_decode_line, without_echoes
+from ddtreed.health.serving import ServingSettings, ServingWatch, parse_decode_line, without_echoes
 from ddtreed.tracebacks import Assembler
 
 RUN = Path(__file__).parent / "fixtures" / "sglang-0.5.16" / "h200-run"

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from ddtreed.daemon import EXIT_OK
-from ddtreed.status import read_status
+from ddtreed.loop.daemon import EXIT_OK
+from ddtreed.ops.status import read_status
 from test_loop_middle import Loop, fixed_by
 
 

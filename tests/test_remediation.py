@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddtreed.host import LocalHost
+from ddtreed.service.host import LocalHost
 from ddtreed.incidents import DATABASE_NAME
 from ddtreed.paths import shipped
 from ddtreed.records import ServiceContext

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ddtreed.host import LocalHost, sha256_bytes
+from ddtreed.service.host import LocalHost, sha256_bytes
 from ddtreed.paths import shipped
 from ddtreed.remediation import Engine, load_remediations
 from ddtreed.remediation.sitepackages import record_hash
@@ -33,7 +33,7 @@ def target_verify_width(server_args, is_draft_worker=False):
 '''
 CHILD = r"""
 import sys
-from ddtreed.host import LocalHost
+from ddtreed.service.host import LocalHost
 from ddtreed.paths import shipped
 from ddtreed.remediation import Engine, load_remediations
 site, state, mode = sys.argv[1:4]

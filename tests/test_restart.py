@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from ddtreed.host import LocalHost
-from ddtreed.launch import Supervisor
+from ddtreed.service.host import LocalHost
+from ddtreed.service.launch import Supervisor
 from ddtreed.records import ExitStatus
 from ddtreed.restart import RestartBudget
 

@@ -2,8 +2,8 @@
 
 import os
 
-from ddtreed._proctree import LocalFiles
-from ddtreed.rotation import rotate
+from ddtreed.service._proctree import LocalFiles
+from ddtreed.service.rotation import rotate
 
 
 def test_shift_keeps_at_most_the_configured_backups(tmp_path):

@@ -60,7 +60,7 @@ def test_every_rule_has_a_case(rules):
         covered.update(d.match.rule_id for d in diagnose_lines(log.read_text().splitlines(), str(log), rules, None))
     # Canary rules match crashes the canary builds, not logs: tests/test_canary_rules.py covers each.
     covered |= {rule.id for rule in rules.rules if rule.conditions.kinds == ("canary",)}
-    # Serving-watch rules match crashes ddtreed/serving.py builds: tests/test_daemon_serving.py.
+    # Serving-watch rules match crashes ddtreed/health/serving.py builds: tests/test_daemon_serving.py.
     covered |= {rule.id for rule in rules.rules if rule.conditions.kinds == ("serving",)}
     assert {rule.id for rule in rules.rules} - covered == set()
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddtreed.incidents.evidence import TAIL_LINES, ServiceOutput
+from ddtreed.incidents.stderr_tail import TAIL_LINES, ServiceOutput
 from ddtreed.records import LogChunk
-from ddtreed.service_run import tail_of
+from ddtreed.service.service_run import tail_of
 
 LINE = st.one_of(st.text(max_size=30), st.text(min_size=400, max_size=900),  # long: the byte bound trims
                  st.sampled_from(["RuntimeError: boom", "[2026-07-28 10:00:00 TP0] Decode batch", ""]))

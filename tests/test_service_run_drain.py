@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 from ddtreed.clock import SystemClock
-from ddtreed.host import LocalHost
-from ddtreed.service_run import ServiceRun
+from ddtreed.service.host import LocalHost
+from ddtreed.service.service_run import ServiceRun
 from supervision_helpers import make_config, wait_for
 
 TRACEBACK = (

@@ -13,10 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ddtreed.health import Prober
-from ddtreed.host import http_base_url
+from ddtreed.health.probes import Prober
+from ddtreed.service.host import http_base_url
 from ddtreed.records import LogChunk
-from ddtreed.serving import (ServingSettings, ServingWatch, faulthandler_dump, hang_evidence,
+from ddtreed.health.serving import (ServingSettings, ServingWatch, faulthandler_dump, hang_evidence,
                              port_owner_in_tree)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ddtreed.status import STATES, DaemonStatus, StatusBoard, StatusError, read_status, status_path, write_status
+from ddtreed.ops.status import STATES, DaemonStatus, StatusBoard, StatusError, read_status, status_path, write_status
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,7 +79,7 @@ def test_board_publishes_each_change_and_each_new_text(tmp_path):
 def test_readers_never_see_half_a_snapshot(tmp_path):
     """A writer process rewrites the file as fast as it can while this process reads it."""
     code = (
-        "import sys\nfrom ddtreed.status import DaemonStatus, write_status, STATES\n"
+        "import sys\nfrom ddtreed.ops.status import DaemonStatus, write_status, STATES\n"
         "for i in range(150):\n"
         "    write_status(sys.argv[1], DaemonStatus(pid=i, state=STATES[i % len(STATES)],"
         " status_text='x' * (i * 37 % 5000)))\n"

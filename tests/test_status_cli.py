@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from ddtreed.records import Application, RuleMatch
-from ddtreed.status import DaemonStatus, status_path, write_status
+from ddtreed.ops.status import DaemonStatus, status_path, write_status
 
 ROOT = Path(__file__).resolve().parent.parent
 
 FAKE_DAEMON = """
 import sys, time
-from ddtreed.status import StatusBoard
+from ddtreed.ops.status import StatusBoard
 board = StatusBoard.start(sys.argv[1], config="/etc/ddtreed/main.toml")
 now = time.time()
 board.update(state="running", status_text="serving, accept len 3.4", service_pid=int(sys.argv[2]),

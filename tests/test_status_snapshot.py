@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddtreed.status import DaemonStatus, read_status, status_path, write_status
+from ddtreed.ops.status import DaemonStatus, read_status, status_path, write_status
 
 REPO = Path(__file__).resolve().parent.parent
 

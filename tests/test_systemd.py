@@ -108,7 +108,7 @@ def test_security_exposure_stays_at_the_recorded_level(name, tmp_path):
 
 
 def test_notify_reload_on_systemd_253_and_later():
-    from ddtreed.unitfile import for_systemd
+    from ddtreed.ops.unitfile import for_systemd
 
     text = (UNITS / "ddtreed@.service").read_text()
     assert for_systemd(text, 252) == text and for_systemd(text, None) == text
@@ -122,8 +122,8 @@ def test_notify_reload_on_systemd_253_and_later():
 @pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed")
 def test_the_installed_unit_fits_this_systemd(tmp_path):
     """What `ddtreed install` writes loads on the systemd that is here (notify-reload or not)."""
-    from ddtreed.install import unit_text
-    from ddtreed.unitfile import NOTIFY_RELOAD_SINCE, systemd_version
+    from ddtreed.ops.install import unit_text
+    from ddtreed.ops.unitfile import NOTIFY_RELOAD_SINCE, systemd_version
 
     text = unit_text().replace("ddtreed@.service", "ddtreed@test.service")
     unit = tmp_path / "ddtreed@test.service"

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 import wheels
-from ddtreed.host import LocalHost
+from ddtreed.service.host import LocalHost
 from ddtreed.paths import shipped
 from ddtreed.remediation import ApplyError, Engine, inspect_ddtree_width, load_remediations
 from ddtreed.remediation import flags

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     if getattr(args, "configure_logs", True):
-        from ..logsetup import CURRENT_STDERR, configure
+        from ..ops.logsetup import CURRENT_STDERR, configure
 
         # Logs go to stderr so that stdout stays clean for --json; `run` reconfigures for journald.
         # Commands that log nothing (`status`) set configure_logs=False: no structlog to import.

@@ -31,7 +31,7 @@ def register(commands) -> None:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from ..canary import CanaryError
+    from ..health.canary import CanaryError
 
     from ..incidents import StoreError
 
@@ -58,7 +58,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from ..canary import result_from_dict
+    from ..health.canary import result_from_dict
     from ..incidents import StoreError, database_path
 
     directory = state_dir(args, load_config(args.config))  # nothing there yet: "no canary run", exit 0
@@ -82,11 +82,11 @@ def _status(args: argparse.Namespace) -> int:
 
 def _setup(args: argparse.Namespace):
     """(Canary, Prober, ServiceContext, Store) for the configured service."""
-    from ..canary import Canary
+    from ..health.canary import Canary
     from ..context import service_context
-    from ..health import Prober
-    from ..host import LocalHost
-    from ..logsetup import configure
+    from ..health.probes import Prober
+    from ..service.host import LocalHost
+    from ..ops.logsetup import configure
 
     configure(json_output=False, level="warning", stream=sys.stderr)  # stdout is the report
     config = load_config(args.config)
@@ -130,7 +130,7 @@ def _host_for(config, local):
 
 
 def _print(args: argparse.Namespace, result, goldens, code: int) -> int:
-    from ..canary.view import render
+    from ..health.canary.view import render
 
     if args.json:
         payload = result.to_dict()

@@ -65,7 +65,7 @@ def _add(sub, common, name: str, summary: str, handler: Callable) -> argparse.Ar
 
 def _run(args: argparse.Namespace, job: Callable) -> Any:
     from ..fleet import InventoryError, load_inventory, run_on_hosts
-    from ..logsetup import configure
+    from ..ops.logsetup import configure
 
     # stdout is for results (--json consumers); warnings such as a recorded host key go to stderr.
     configure(json_output=False, level="warning", stream=sys.stderr)

@@ -33,8 +33,8 @@ def register(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..context import service_context
-    from ..host import LocalHost
-    from ..logsetup import configure
+    from ..service.host import LocalHost
+    from ..ops.logsetup import configure
     from ..preflight import incomplete, run_preflight, would_crash
 
     # The report is the output; the library's own log lines (probe trouble) go to stderr.

@@ -72,7 +72,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def _catalog(args, config=None):
     from ..remediation import RemediationError
-    from ..wiring import catalog_for
+    from ..loop.wiring import catalog_for
 
     try:
         return catalog_for(config, args.remediations_dir)
@@ -84,7 +84,7 @@ def _engine(args, config=None):
     """The daemon's engine (wiring.engine_for): one catalog, one host, one incident store."""
     from ..incidents import StoreError
     from ..remediation import RemediationError
-    from ..wiring import engine_for
+    from ..loop.wiring import engine_for
 
     try:
         return engine_for(config, state_dir(args, config), args.remediations_dir)
@@ -111,7 +111,7 @@ def _context(args, config):
 
     if config is None:
         return ServiceContext(site_packages=args.site_packages)
-    from ..host import LocalHost
+    from ..service.host import LocalHost
 
     try:
         from ..context import service_context
@@ -237,7 +237,7 @@ def cmd_unfreeze(args) -> int:
 
 
 def cmd_promote(args) -> int:
-    from ..promote import PromoteError, promote
+    from ..loop.promote import PromoteError, promote
 
     config = load_config(args.config)
     if args.state_dir:

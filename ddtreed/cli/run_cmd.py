@@ -55,10 +55,10 @@ def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.state_dir:
         config = config.with_state_dir(args.state_dir)
-    from ..host import write_atomic
-    from ..logsetup import configure
+    from ..service.host import write_atomic
+    from ..ops.logsetup import configure
 
-    from ..state_lock import StateDirLocked, acquire, release
+    from ..service.state_lock import StateDirLocked, acquire, release
 
     # One daemon per state dir, decided before anything in it is read or written: a second one
     # would read the first one's "address in use" as a crash of its own and take the service down.
@@ -84,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _daemon(config, **options):
-    from ..daemon import Daemon
+    from ..loop.daemon import Daemon
     from ..incidents import StoreError
 
     try:
@@ -95,7 +95,7 @@ def _daemon(config, **options):
 
 def _demo(args: argparse.Namespace) -> int:
     from .. import demo
-    from ..logsetup import CURRENT_STDERR, configure
+    from ..ops.logsetup import CURRENT_STDERR, configure
 
     # --state-dir means what it means everywhere: the directory that holds incidents.sqlite3, so
     # `ddtreed incidents --state-dir X` afterwards shows the demo's incident (issue 17.5).

@@ -45,7 +45,7 @@ def register(commands) -> None:
 
 
 def run_install(args: argparse.Namespace) -> int:
-    from ..install import InstallError, apply, plan
+    from ..ops.install import InstallError, apply, plan
 
     try:
         steps = plan(args.root, args.config_name, user=args.user, force=args.force)
@@ -90,7 +90,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 def _report(directory: Path) -> dict[str, Any]:
     """Everything `status` shows for one state directory, as plain data."""
-    from ..status import StatusError, read_status
+    from ..ops.status import StatusError, read_status
 
     now = time.time()
     report: dict[str, Any] = {"state_dir": str(directory), "daemon": None, "alive": False, "stale": False,

@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from ..records import APPLICATION_STATUSES  # ddtreed.status imports the vocabulary anyway
+from ..records import APPLICATION_STATUSES  # ddtreed.ops.status imports the vocabulary anyway
 
 APPLICATION_STATUSES_SHOWN = ("applied", "reverted", "verified")  # always listed, zeros too
 BUSY_TIMEOUT_S = 5.0

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import structlog
 
-from ..host import write_atomic
+from ..service.host import write_atomic
 
 log = structlog.get_logger(__name__)
 

@@ -12,7 +12,7 @@ import socket
 import sys
 from pathlib import Path
 
-from .install import ENGINE_NAME, install_engine
+from .engine_install import ENGINE_NAME, install_engine
 
 __all__ = ["prepare", "demo_argv", "ENGINE_NAME", "REPO_ROOT"]
 

@@ -19,7 +19,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from . import args as demo_args
-from . import model
+from . import language_model as model
 
 _RANK_REPORT_WAIT_S = 1.0
 _DRAIN_MAX_S = 30.0

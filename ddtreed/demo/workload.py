@@ -17,7 +17,7 @@ import traceback
 import warnings
 
 from . import args as demo_args
-from . import model
+from . import language_model as model
 
 PR_SET_NAME, PR_SET_PDEATHSIG = 15, 1
 _PARENT_KILL_WAIT_S = 30.0  # after SIGQUIT the parent kills the tree; never linger past this

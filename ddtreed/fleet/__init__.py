@@ -14,7 +14,7 @@ __all__ = ["Connection", "FleetError", "FleetReport", "HostEntry", "HostResult",
 
 def host_for(config: Any, accept_new: bool = False):
     """LocalHost when the service is local (`service.remote` unset), else the SshHost for that entry."""
-    from ..host import LocalHost
+    from ..service.host import LocalHost
 
     service = config.service
     if service.remote is None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import structlog
 
-from .. import pidfile
+from ..service import pidfile
 from .ssh import REMOTE_FAILED, TIMEOUT, Connection, FleetError
 
 log = structlog.get_logger(__name__)

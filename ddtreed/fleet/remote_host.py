@@ -1,4 +1,4 @@
-"""`SshHost`: the `Host` seam (ddtreed/host.py) over SSH, so the daemon supervises a remote service."""
+"""`SshHost`: the `Host` seam (ddtreed/service/host.py) over SSH, so the daemon supervises a remote service."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import time
 
 import structlog
 
-from ..host import CommandResult
+from ..service.host import CommandResult
 from ..records import ExitStatus
-from ..rotation import kind_of_mode, rotate
+from ..service.rotation import kind_of_mode, rotate
 from . import remote_procs
-from .follower import RemoteFollower
+from .remote_follower import RemoteFollower
 from .inventory import HostEntry
 from .ssh import REMOTE_FAILED, Connection, FleetError
 from .tunnel import Tunnel
@@ -244,7 +244,7 @@ class SshHost:
 
     def leftover_tokens(self, state_dir: str, port: int | None) -> set[str]:
         """Tokens of processes whose environment names this state dir (the port is not checked)."""
-        from .._proctree import STATE_DIR_VARIABLE, TOKEN_VARIABLE
+        from ..service._proctree import STATE_DIR_VARIABLE, TOKEN_VARIABLE
 
         marker = f"{STATE_DIR_VARIABLE}={state_dir}".encode()
         tokens = set()
@@ -266,7 +266,7 @@ class SshHost:
 
     def rotate_file(self, path: str, backups: int, over_bytes: int | None = None,
                     copy_truncate: bool = False) -> bool:
-        """path -> path.1 -> … -> path.N over SFTP (ddtreed/rotation.py has the algorithm)."""
+        """path -> path.1 -> … -> path.N over SFTP (ddtreed/service/rotation.py has the algorithm)."""
         return rotate(_SftpFiles(self), path, backups, over_bytes, copy_truncate)
 
     def gpu_holders(self, pids: list[int] | None = None) -> list[int]:

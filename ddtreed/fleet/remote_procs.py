@@ -6,7 +6,7 @@ import fnmatch
 import os
 from dataclasses import dataclass
 
-from ..host import CommandResult
+from ..service.host import CommandResult
 
 TOKEN_VARIABLE = "DDTREED_SERVICE_TOKEN"  # the same variable LocalHost's sweep looks for
 COMM_LENGTH = 15  # Linux truncates process names (comm) to 15 bytes

@@ -25,7 +25,7 @@ from .ssh import Connection, FleetError
 
 log = structlog.get_logger(__name__)
 
-STATUS_FILE = "daemon-state.json"  # ddtreed.status.STATUS_FILE
+STATUS_FILE = "daemon-state.json"  # ddtreed.ops.status.STATUS_FILE
 DATABASE_NAME = "incidents.sqlite3"  # ddtreed.incidents.connection.DATABASE_NAME
 GAVE_UP = "gave-up"
 RUNNING, STALE, NOT_RUNNING = 0, 1, 3  # `ddtreed status` exit codes (LSB)
@@ -101,7 +101,7 @@ def _snapshot(sftp: paramiko.SFTPClient, path: str) -> dict[str, Any]:
     """The snapshot as `DaemonStatus.to_dict()` gives it; _Fallback for anything but a valid one."""
     from dataclasses import fields
 
-    from ..status import DaemonStatus
+    from ..ops.status import DaemonStatus
 
     data = _read(sftp, path, SNAPSHOT_LIMIT)
     if data is None or not data.strip():

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import paramiko
 import structlog
 
-from ..host import CommandResult
+from ..service.host import CommandResult
 from .inventory import HostEntry
 
 log = structlog.get_logger(__name__)

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 from ..records import Crash
-from ..redact import redact, redact_text
+from ..ops.redact import redact, redact_text
 
 # A device-side assert floods thousands of identical lines; the head and tail tell the story.
 EXCERPT_HEAD_LINES = 60

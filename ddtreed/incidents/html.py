@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from typing import Any, Iterable, Mapping
 
-from .evidence import describe_exit
+from .stderr_tail import describe_exit
 from .views import STATUS_MEANS, _short_param, fill_numbers, flag_changes, seconds, when
 
 WIDTH, LEFT, RIGHT = 980, 130, 24

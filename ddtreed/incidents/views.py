@@ -11,7 +11,7 @@ import re
 from typing import Any, Iterable, Mapping
 
 from ..textstyle import as_json, iso, paint, use_colour  # noqa: F401 - the CLI imports them from here
-from .evidence import describe_exit
+from .stderr_tail import describe_exit
 
 TABLE_HEADERS = ["ID", "STARTED (UTC)", "CATEGORY", "RULE", "STATUS", "SEEN", "REMEDIATION", "DURATION"]
 FRAMES_SHOWN = 8  # the innermost frames say where it broke; the full list is in --json

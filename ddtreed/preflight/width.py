@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..remediation.flags import parse_version
-from ..remediation.width import REMEDIATION_ID, inspect_ddtree_width
+from ..remediation.inspect_width import REMEDIATION_ID, inspect_ddtree_width
 from .finding import WARNING, WOULD_CRASH, Finding, Skipped
 
 # From 0.5.16 a batch wider than the captured graph runs eagerly instead of crashing.

@@ -3,7 +3,7 @@
 from .catalog import Catalog, Remediation, RemediationError, load_remediations
 from .engine import ApplyError, Engine, Plan, PlannedFile
 from .ladder import Attempt, Launch, attempt, revert
-from .width import WidthState, inspect_ddtree_width
+from .inspect_width import WidthState, inspect_ddtree_width
 
 __all__ = ["ApplyError", "Attempt", "Catalog", "Engine", "Launch", "Plan", "PlannedFile", "Remediation",
            "RemediationError", "WidthState", "attempt", "inspect_ddtree_width", "load_remediations",

@@ -16,13 +16,13 @@ from typing import Any, Mapping, Sequence
 
 import structlog
 
-from ..host import Host, sha256_bytes
+from ..service.host import Host, sha256_bytes
 from ..records import IN_PLACE, Application, FileChange, LaunchChange, ServiceContext
-from ..redact import redact, restore_argv, restore_env
+from ..ops.redact import redact, restore_argv, restore_env
 from . import launchplan, patching
 from .applications import ApplicationTable
 from .catalog import Catalog
-from .store import Store
+from .journal import Store
 
 log = structlog.get_logger(__name__)
 
@@ -255,7 +255,7 @@ class Engine:
 
     def reconcile(self) -> list[str]:
         """Finish or undo an operation a kill interrupted; one sentence per thing done."""
-        from .recovery import reconcile
+        from .replay import reconcile
 
         with self.store.lock():
             return reconcile(self.host, self.store)

@@ -10,7 +10,7 @@ import difflib
 from typing import Mapping
 
 from ..records import ServiceContext
-from . import argv as argv_edit
+from . import argv_edit
 from . import flags
 from .catalog import Operation, Remediation
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from ..host import Host
+from ..service.host import Host
 from .catalog import Layout, Remediation
 from .sitepackages import SiteError, dist_info, record_hash, recorded_hash, resolve_inside
 

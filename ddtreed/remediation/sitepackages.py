@@ -8,7 +8,7 @@ import hashlib
 import posixpath
 import re
 
-from ..host import Host
+from ..service.host import Host
 
 
 class SiteError(ValueError):

@@ -1,6 +1,6 @@
 """Rules: TOML files that turn an assembled crash into a category, a diagnosis and remediation ids."""
 
-from .engine import Diagnosis, RuleSet, informativeness, load_rules
+from .ruleset import Diagnosis, RuleSet, informativeness, load_rules
 from .expression import UNKNOWN, ExpressionError, compile_expression
 from .loader import RuleError, remediation_ids_in, rule_files
 from .model import Rule

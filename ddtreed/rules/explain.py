@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..records import Explanation
-from .engine import Diagnosis
+from .ruleset import Diagnosis
 
 
 def incident_dict(diagnosis: Diagnosis) -> dict[str, Any]:

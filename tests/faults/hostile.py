@@ -207,7 +207,7 @@ class HostileHTTP:
 
 def doubled_daemons(config: Path, directory: Path) -> tuple[DaemonProcess, DaemonProcess]:
     """A second `ddtreed run` on the state dir of a first one that already serves (a mistaken unit)."""
-    from ddtreed.status import read_status
+    from ddtreed.ops.status import read_status
 
     state_dir = directory / "state"
     first = DaemonProcess(config, directory / "daemon1.jsonl")

@@ -53,7 +53,7 @@ def test_flood_draining_a_flooded_log_still_answers_signals(tmp_path):
     """SIGTERM during a flood: the drain after a crash reads until the logs go quiet, which a flood
     never does (DRAIN_MAX_S); every read first answers the signal queue (before: 27.7 s to exit)."""
     from ddtreed.clock import SystemClock
-    from ddtreed.service_run import ServiceRun
+    from ddtreed.service.service_run import ServiceRun
     from supervision_helpers import make_config
 
     class Stop(Exception):

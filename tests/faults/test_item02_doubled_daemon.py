@@ -9,7 +9,7 @@ import pytest
 from hostile import doubled_daemons, service_config
 
 from ddtreed.incidents import Store, database_path
-from ddtreed.status import read_status
+from ddtreed.ops.status import read_status
 
 
 @pytest.mark.slow

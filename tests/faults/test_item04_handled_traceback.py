@@ -10,7 +10,7 @@ import pytest
 from hostile import DaemonProcess, service_config, wait_for
 
 from ddtreed.incidents import Store, database_path
-from ddtreed.status import read_status
+from ddtreed.ops.status import read_status
 
 SERVICE = Path(__file__).resolve().parent / "asgi_handled_service.py"
 HANDLED = 5

@@ -1,4 +1,4 @@
-"""Item 5 of issue 16 (fixed in ddtreed/health.py): every hostile HTTP answer is one
+"""Item 5 of issue 16 (fixed in ddtreed/health/probes.py): every hostile HTTP answer is one
 case of the harness; the prober returns a failed result within its deadline, never raises, never
 reads an unbounded body."""
 
@@ -10,7 +10,7 @@ import time
 import pytest
 from hostile import HostileHTTP
 
-from ddtreed.health import Prober
+from ddtreed.health.probes import Prober
 
 DEADLINE_S = 3.0
 GIVE_UP_S = 30.0  # ten times the deadline: only a prober without a whole-request deadline is slower

@@ -18,9 +18,9 @@ from hostile import (
 )
 from structlog.testing import capture_logs
 
-from ddtreed import rotation
+from ddtreed.service import rotation
 from ddtreed.logs import Follower
-from ddtreed.status import read_status
+from ddtreed.ops.status import read_status
 
 WATCH_S = 3.0
 

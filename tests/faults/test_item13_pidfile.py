@@ -15,7 +15,7 @@ import pytest
 import sshd
 from hostile import DaemonProcess, run_cli, service_config, wait_for
 
-from ddtreed import pidfile
+from ddtreed.service import pidfile
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,8 +17,8 @@ from hostile import (
     wait_for,
 )
 
-from ddtreed.demo.install import install_engine
-from ddtreed.host import LocalHost
+from ddtreed.demo.engine_install import install_engine
+from ddtreed.service.host import LocalHost
 from ddtreed.paths import shipped
 from ddtreed.remediation import Engine, load_remediations
 
@@ -65,7 +65,7 @@ def test_item14_a_journal_left_before_any_write_is_reported_truthfully(tmp_path)
              "status": "applied", "launch": None, "previous": None, "files": [{
                  "path": str(target), "relative": "x", "before_sha256": "0" * 64, "after_sha256": "1" * 64,
                  "backup_path": str(tmp_path / "nowhere")}]}
-    from ddtreed.host import sha256_bytes
+    from ddtreed.service.host import sha256_bytes
 
     entry["files"][0]["before_sha256"] = sha256_bytes(plan.files[0].before)
     entry["files"][0]["after_sha256"] = sha256_bytes(plan.files[0].after)

@@ -12,7 +12,7 @@ import pytest
 from hostile import DaemonProcess, free_port, run_cli, wait_for
 
 from ddtreed.incidents import encode
-from ddtreed.redact import REDACTED, redact, redact_argv, redact_env, redact_text
+from ddtreed.ops.redact import REDACTED, redact, redact_argv, redact_env, redact_text
 
 SECRETS = ("sk-LIVE-111", "sk-ADMIN-222", "hf_SECRET333", "sk-REPR-444")
 
@@ -80,7 +80,7 @@ def test_item15_no_secret_reaches_anything_ddtreed_writes(tmp_path):
 
 
 def test_item15_restore_puts_each_secret_back_by_its_flag():
-    from ddtreed.redact import restore_argv, restore_env
+    from ddtreed.ops.redact import restore_argv, restore_env
 
     reference = ["serve", "--api-key", "sk-1", "--admin-api-key=sk-2", "--port", "3"]
     stored = redact_argv(reference + ["--disable-cuda-graph"])
@@ -92,7 +92,7 @@ def test_item15_restore_puts_each_secret_back_by_its_flag():
 def test_item15_a_flag_fix_is_stored_redacted_and_relaunches_with_the_real_key(tmp_path):
     """The applications table holds the launch a verified fix relaunches with: stored without the
     secret, it must still relaunch the service with it (taken from the config)."""
-    from ddtreed.host import LocalHost
+    from ddtreed.service.host import LocalHost
     from ddtreed.paths import shipped
     from ddtreed.records import ServiceContext
     from ddtreed.remediation import Engine, load_remediations

@@ -8,7 +8,7 @@ cycle gets its share of the 50 trials on any machine; how long the poll takes to
 only moves the kill a little further into the step. Windows between two log lines are hit by a
 test hook instead, where the daemon SIGKILLs itself: the patch engine's steps
 (`DDTREED_REMEDIATION_KILL_AT`) and the relaunch spawned before its pid and token are recorded
-(`DDTREED_KILL_AT=launch:spawned#2`, ddtreed/killpoint.py).
+(`DDTREED_KILL_AT=launch:spawned#2`, ddtreed/service/killpoint.py).
 
 History: before item 1's recovery fix 6 of 8 trials left the killed daemon's service running. A
 later "1 lost leftover in ~104 trials" (the kept trial: a kill during the patched relaunch's
@@ -38,11 +38,11 @@ import psutil
 import pytest
 from hostile import DaemonProcess, free_port, wait_for
 
-from ddtreed.host import LocalHost
+from ddtreed.service.host import LocalHost
 from ddtreed.incidents import Store, database_path
 from ddtreed.paths import shipped
 from ddtreed.remediation import Engine, load_remediations
-from ddtreed.status import read_status
+from ddtreed.ops.status import read_status
 
 TRIALS = int(os.environ.get("DDTREED_KILL_TRIALS", "50"))
 WORKERS = 4  # trials mostly wait (probes, settle windows): four at a time fit two cores
@@ -76,7 +76,7 @@ KILL_POINTS = (
       for step in ("apply:backups", "apply:journal", "apply:write:0", "apply:recorded")),
     KillPoint("patch written, service down", "remediation_applied"),
     KillPoint("patched relaunch spawned, its pid and token not recorded", "",
-              hook="DDTREED_KILL_AT=launch:spawned#2", service_live=True),  # ddtreed/killpoint.py
+              hook="DDTREED_KILL_AT=launch:spawned#2", service_live=True),  # ddtreed/service/killpoint.py
     KillPoint("patched relaunch spawned (pid and token being recorded)", "service.started", nth=2,
               service_live=True),
     KillPoint("patched relaunch ready, probes under way", "startup.milestone", field="milestone", value="ready",

@@ -11,7 +11,7 @@ daemon and real processes, and let ddtreed alone clean up:
 - a launcher still forking workers while the next daemon's recovery sweeps its session: children
   forked after the sweep listed the session outlive it;
 - a kill between the spawn of the patched relaunch and the record of its pid and token (the
-  `DDTREED_KILL_AT=launch:spawned#2` hook, ddtreed/killpoint.py): the record names the founding
+  `DDTREED_KILL_AT=launch:spawned#2` hook, ddtreed/service/killpoint.py): the record names the founding
   launch, dead already; only the state dir in the relaunch's environment finds it.
 """
 
@@ -27,9 +27,9 @@ import psutil
 import pytest
 from hostile import DaemonProcess, free_port, wait_for
 
-from ddtreed._proctree import STATE_DIR_VARIABLE, TOKEN_VARIABLE, token_holders
+from ddtreed.service._proctree import STATE_DIR_VARIABLE, TOKEN_VARIABLE, token_holders
 from ddtreed.incidents import Store, database_path
-from ddtreed.status import read_status
+from ddtreed.ops.status import read_status
 
 SERVICE = Path(__file__).resolve().parent / "sglang_tree_service.py"
 

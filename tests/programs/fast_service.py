@@ -170,7 +170,7 @@ def write_config(directory: Path, *, port: int, tp: int = 2, extra_args: tuple[s
                  service: dict | None = None) -> Path:
     """Install a fresh demo engine under `directory`, write `directory/ddtreed.toml`, return its path."""
     from ddtreed.demo import to_toml
-    from ddtreed.demo.install import install_engine
+    from ddtreed.demo.engine_install import install_engine
 
     directory = Path(directory).resolve()
     site_packages = directory / "site-packages"

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..health import request
+from ..probes import request
 from ..httpclient import count, json_object, number
 
 # Prometheus gauges SGLang exports with --enable-metrics; their sum is the service's load.

@@ -13,23 +13,23 @@ from typing import Callable
 
 import structlog
 
-from .config import Config
-from .health import Prober
-from .host import Host
-from .incidents import Retention, Store
+from ..config import Config
+from ..health.probes import Prober
+from ..service.host import Host
+from ..incidents import Retention, Store
 from .incident_path import check_canary, give_up, handle_crash, observed, probe_crash
 from .lifecycle import EXIT_GAVE_UP, EXIT_OK, Lifecycle, SignalQueue, Stopping
-from .metrics import start_metrics
-from .notify import IncidentHooks, Notifier
+from ..ops.metrics import start_metrics
+from ..ops.notify import IncidentHooks, Notifier
 from .preflight_gate import confirm, run_gate
-from .records import Application, Crash, ExitStatus, Healthy, ServiceContext, Verdict
+from ..records import Application, Crash, ExitStatus, Healthy, ServiceContext, Verdict
 from .recovery import previous_record, recover, verified_launch
-from .remediation import Attempt, Launch, attempt, revert
-from .service_run import ServiceRun
-from .progress import StartupReport
-from .status import StatusBoard, canary_status
-from .serving import periodic_check, serving_crash, watch_service
-from .verify import baseline_key, flatten, verify
+from ..remediation import Attempt, Launch, attempt, revert
+from ..service.service_run import ServiceRun
+from ..ops.progress import StartupReport
+from ..ops.status import StatusBoard, canary_status
+from ..health.serving import periodic_check, serving_crash, watch_service
+from ..health.verify import baseline_key, flatten, verify
 from .wiring import Wiring, build, prober_for, reload, reloaded_launch, service_context
 
 log = structlog.get_logger(__name__)

@@ -15,8 +15,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import paths, unitfile
-from .config import ConfigError, from_mapping
+from .. import paths
+from . import unitfile
+from ..config import ConfigError, from_mapping
 
 TEMPLATE_UNIT = "ddtreed@.service"
 EXAMPLE_CONFIG = "founding-ddtree-tp8.toml"
@@ -80,7 +81,7 @@ def plan(root: str, name: str, user: str | None = None, force: bool = False) -> 
 
 def apply(steps: list[Step]) -> None:
     """Carry out `plan`'s steps; files are written atomically."""
-    from .host import write_atomic
+    from ..service.host import write_atomic
 
     for step in steps:
         if step.action == "mkdir":

@@ -7,7 +7,7 @@ from typing import Callable
 
 import structlog
 
-from ..records import ServiceContext
+from ...records import ServiceContext
 from . import client
 from .core import Canary
 from .results import CanaryResult

@@ -17,18 +17,18 @@ from typing import Callable, Mapping, Sequence
 
 import structlog
 
-from .canary import Canary, PeriodicCanary
-from .clock import Clock, SystemClock
-from .config import Config, ConfigError, load
-from .context import service_context as context_of
-from .health import Prober
-from .host import Host, LocalHost
-from .incidents import Store, database_path
-from .incidents.durable import DurableStore, open_store
-from .paths import shipped
-from .remediation import Catalog, Engine, Launch, load_remediations
-from .restart import RestartBudget
-from .rules import RuleSet, load_rules
+from ..health.canary import Canary, PeriodicCanary
+from ..clock import Clock, SystemClock
+from ..config import Config, ConfigError, load
+from ..context import service_context as context_of
+from ..health.probes import Prober
+from ..service.host import Host, LocalHost
+from ..incidents import Store, database_path
+from ..incidents.durable import DurableStore, open_store
+from ..paths import shipped
+from ..remediation import Catalog, Engine, Launch, load_remediations
+from ..restart import RestartBudget
+from ..rules import RuleSet, load_rules
 
 log = structlog.get_logger(__name__)
 
@@ -74,7 +74,7 @@ def service_host(config: Config) -> Host:
     """LocalHost, or the SshHost of `service.remote` (imports paramiko only then)."""
     if config.service.remote is None:
         return LocalHost()
-    from .fleet import host_for
+    from ..fleet import host_for
 
     return host_for(config)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .records import ExitStatus
+from ..records import ExitStatus
 
 
 def decode_wait_status(returncode: int) -> ExitStatus:
@@ -224,7 +224,7 @@ class LocalHost:
         return rotate(_proctree.LocalFiles, path, backups, over_bytes, copy_truncate)
 
     def open_follower(self, paths: list[str]) -> "FollowerLike":
-        from .logs import Follower  # lazily: the follower pulls in watchdog
+        from ..logs import Follower  # lazily: the follower pulls in watchdog
 
         return Follower(list(paths))
 

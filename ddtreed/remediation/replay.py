@@ -10,8 +10,8 @@ from typing import Any
 
 import structlog
 
-from ..host import Host, sha256_bytes
-from .store import Store
+from ..service.host import Host, sha256_bytes
+from .journal import Store
 
 log = structlog.get_logger(__name__)
 

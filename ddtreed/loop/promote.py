@@ -18,12 +18,12 @@ from pathlib import Path
 import psutil
 import structlog
 
-from . import state_lock
-from .config import Config
+from ..service import state_lock
+from ..config import Config
 from .daemon import Daemon
-from .incidents import Store, database_path
+from ..incidents import Store, database_path
 from .lifecycle import Stopping
-from .records import Application, Verdict
+from ..records import Application, Verdict
 from .wiring import build
 
 log = structlog.get_logger(__name__)

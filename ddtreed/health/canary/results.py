@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, NamedTuple
 
-from ..records import Crash
+from ...records import Crash
 
 SILENT_CORRUPTION = "silent-corruption"
 ACCEPTANCE_COLLAPSE = "acceptance-collapse"

@@ -11,7 +11,7 @@ import queue
 import signal
 from typing import Callable, Iterator
 
-from .records import DAEMON_STATES, checked
+from ..records import DAEMON_STATES, checked
 
 EXIT_OK = 0
 # The restart budget is spent. 75 is EX_TEMPFAIL of sysexits(3): `systemctl status` shows

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import structlog
 
-from .host import Host
-from .incidents import StoreError
-from .launch import CHILD_NAME_PATTERNS
-from .records import LaunchChange
-from .remediation import Engine
-from .status import DaemonStatus, read_status
+from ..service.host import Host
+from ..incidents import StoreError
+from ..service.launch import CHILD_NAME_PATTERNS
+from ..records import LaunchChange
+from ..remediation import Engine
+from ..ops.status import DaemonStatus, read_status
 
 log = structlog.get_logger(__name__)
 

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import structlog
 
 from .canary import canary_crash
-from .records import Crash, HealthResult, LogChunk
+from ..records import Crash, HealthResult, LogChunk
 
 log = structlog.get_logger(__name__)
 

@@ -10,7 +10,7 @@ import structlog
 
 from . import httpclient
 from .httpclient import count, json_object, number
-from .records import HealthResult, LogChunk, Milestone
+from ..records import HealthResult, LogChunk, Milestone
 
 log = structlog.get_logger(__name__)
 

@@ -13,9 +13,9 @@ import structlog
 
 from . import killpoint
 from ._proctree import TOKEN_VARIABLE
-from .config import Config
+from ..config import Config
 from .host import Host, LocalHost, LocalProcess, Process
-from .records import ExitStatus
+from ..records import ExitStatus
 
 log = structlog.get_logger(__name__)
 

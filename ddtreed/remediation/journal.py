@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..host import write_atomic
-from ..redact import redact
+from ..service.host import write_atomic
+from ..ops.redact import redact
 from .applications import ApplicationTable
 
 

@@ -14,10 +14,10 @@ from typing import Callable, Literal
 
 import structlog
 
-from .preflight import Finding, run_preflight
-from .preflight.finding import CHECK_ERROR, WOULD_CRASH
-from .records import RuleMatch, Signature, Verdict
-from .remediation import Attempt, Plan
+from ..preflight import Finding, run_preflight
+from ..preflight.finding import CHECK_ERROR, WOULD_CRASH
+from ..records import RuleMatch, Signature, Verdict
+from ..remediation import Attempt, Plan
 
 log = structlog.get_logger(__name__)
 

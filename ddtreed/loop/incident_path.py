@@ -13,16 +13,16 @@ from typing import Any, Callable, Protocol
 
 import structlog
 
-from .canary import canary_crash
-from .clock import Clock
-from .config import Config
+from ..health.canary import canary_crash
+from ..clock import Clock
+from ..config import Config
 from .lifecycle import Lifecycle
-from .incidents.evidence import describe_exit, evidence
-from .logsetup import incident_context
-from .records import Application, Crash, ExitStatus, Outcome, ServiceContext, Verdict
-from .remediation import Attempt, Engine, Launch
-from .rules import RuleSet
-from .serving import evidence_of, without_echoes
+from ..incidents.stderr_tail import describe_exit, evidence
+from ..ops.logsetup import incident_context
+from ..records import Application, Crash, ExitStatus, Outcome, ServiceContext, Verdict
+from ..remediation import Attempt, Engine, Launch
+from ..rules import RuleSet
+from ..health.serving import evidence_of, without_echoes
 
 log = structlog.get_logger(__name__)
 
@@ -33,15 +33,15 @@ LAUNCHER_SETTLE_S = 1.0  # a launcher that printed its own error is exiting; it 
 
 
 class Loop(Protocol):
-    """What the crash path needs from the daemon (ddtreed.daemon.Daemon provides it)."""
+    """What the crash path needs from the daemon (ddtreed.loop.daemon.Daemon provides it)."""
 
     lifecycle: Lifecycle
     store: Any  # the incident store (a DurableStore over incidents.Store)
     launch: Launch
     context: ServiceContext
-    wiring: Any  # ddtreed.wiring.Wiring
+    wiring: Any  # ddtreed.loop.wiring.Wiring
     clock: Clock
-    service: Any  # ddtreed.service_run.ServiceRun
+    service: Any  # ddtreed.service.service_run.ServiceRun
 
     @property
     def config(self) -> Config: ...

@@ -166,7 +166,7 @@ def notification(event: str, incident: Mapping[str, object], diagnosis: object =
                  error_lines: list[str] | tuple[str, ...] = (), host: str | None = None,
                  max_lines: int = 50) -> dict[str, object]:
     """The JSON document hooks receive (`schema` 1): what happened, to what, and the evidence."""
-    from . import __version__
+    from .. import __version__
 
     if event not in EVENTS:
         raise ValueError(f"event must be one of {', '.join(EVENTS)}, got {event!r}")

@@ -11,15 +11,15 @@ from dataclasses import replace
 from typing import Callable
 
 from ._proctree import STATE_DIR_VARIABLE
-from .clock import Clock
-from .config import Config
-from .health import MilestoneTracker
-from .incidents.evidence import TAIL_LINES, ServiceOutput
+from ..clock import Clock
+from ..config import Config
+from ..health.probes import MilestoneTracker
+from ..incidents.stderr_tail import TAIL_LINES, ServiceOutput
 from .host import Host
 from .launch import Supervisor
-from .records import Crash, ExitStatus
-from .tracebacks import Assembler
-from .verify import flatten
+from ..records import Crash, ExitStatus
+from ..tracebacks import Assembler
+from ..health.verify import flatten
 
 DRAIN_QUIET_S = 0.2  # after the service exits, its logs are complete once this long quiet
 DRAIN_MAX_S = 3.0  # ...or after this long at most (a remote tail can lag)
@@ -31,7 +31,7 @@ class ServiceRun:
                  on_progress: Callable[[str], None] = lambda text: None):
         self.host, self.config, self.clock = host, config, clock
         # The state dir in the service's environment: a later daemon on this state dir finds the
-        # service by it even when this daemon dies without a record (ddtreed.recovery).
+        # service by it even when this daemon dies without a record (ddtreed.loop.recovery).
         env = {**env, STATE_DIR_VARIABLE: os.path.realpath(config.paths.state_dir)}
         self._turning = TurningHost(host, on_turn)
         self.supervisor = Supervisor(self._turning, config, argv, env, clock=clock.monotonic)
@@ -42,7 +42,7 @@ class ServiceRun:
         self.follower = None
         self._closed = False
         self._on_turn, self._on_progress = on_turn, on_progress
-        self.serving = None  # a ServingWatch (ddtreed/serving.py) once the launch is verified
+        self.serving = None  # a ServingWatch (ddtreed/health/serving.py) once the launch is verified
         self.serving_events: list = []
 
     @property
@@ -65,7 +65,7 @@ class ServiceRun:
     def owns_port(self) -> bool | None:
         """Does a process of this launch listen on the service port? None: cannot tell (remote)."""
         from .host import LocalHost
-        from .serving import port_owner_in_tree
+        from ..health.serving import port_owner_in_tree
 
         pid = self.supervisor.pid
         if pid is None or not isinstance(self.host, LocalHost):

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .records import DAEMON_STATES
+from ..records import DAEMON_STATES
 
 STATUS_FILE = "daemon-state.json"
 
@@ -47,7 +47,7 @@ class DaemonStatus:
     canary: dict[str, Any] | None = None  # {"last_run_at": epoch, "passed": bool, "detail": str}
     config: str | None = None  # the config file the daemon runs with
     service_token: str | None = None  # in the service tree's environment: finds it after a ddtreed crash
-    # While a start or a verification window runs (ddtreed.progress): phase, elapsed_s/budget_s or
+    # While a start or a verification window runs (ddtreed.ops.progress): phase, elapsed_s/budget_s or
     # window_s/watching_until, and the text systemd shows; None otherwise.
     progress: dict[str, Any] | None = None
     updated_at: float = 0.0
@@ -86,7 +86,7 @@ def _replace_snapshot(path: Path, data: bytes) -> None:
     file system that does not order the rename after the data, nothing: `read_status` reads an
     empty file as "no snapshot yet".
     """
-    from .host import write_atomic  # here, not at the top: `ddtreed status` only reads
+    from ..service.host import write_atomic  # here, not at the top: `ddtreed status` only reads
 
     write_atomic(str(path), data, mode=0o600, durable=False)
 

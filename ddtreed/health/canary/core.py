@@ -10,8 +10,8 @@ from typing import Any, Callable, Sequence
 
 import structlog
 
-from ..config import CanaryConfig
-from ..records import ServiceContext
+from ...config import CanaryConfig
+from ...records import ServiceContext
 from . import client
 from .compare import (LoopLimit, best_comparison, compare, degenerate_loop, degenerate_repetition,
                       output_tokens)

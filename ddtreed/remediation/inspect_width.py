@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ..host import Host, LocalHost
+from ..service.host import Host, LocalHost
 from ..paths import shipped
 from . import patching
 from .catalog import Remediation, load_remediations

@@ -14,11 +14,11 @@ from typing import Any, Callable, Protocol
 
 import structlog
 
-from . import progress
-from .clock import Clock
-from .config import ProbeConfig
-from .incidents.state import baseline_key as store_baseline_key
-from .records import Crash, ExitStatus, HealthResult, ServiceContext, Verdict
+from ..ops import progress
+from ..clock import Clock
+from ..config import ProbeConfig
+from ..incidents.state import baseline_key as store_baseline_key
+from ..records import Crash, ExitStatus, HealthResult, ServiceContext, Verdict
 
 log = structlog.get_logger(__name__)
 
@@ -32,7 +32,7 @@ PROBE_TURN_S = 0.2  # how often a waiting probe lets the loop answer signals
 
 
 class LogFeed(Protocol):
-    """The running service as verification sees it (ddtreed.service_run.ServiceRun)."""
+    """The running service as verification sees it (ddtreed.service.service_run.ServiceRun)."""
 
     @property
     def ready(self) -> bool: ...
@@ -93,7 +93,7 @@ def verify(feed: LogFeed, prober: Prober, clock: Clock, probe: ProbeConfig, cont
            report: Report | None = None, on_healthy: Callable[[Verdict], None] | None = None) -> Verdict:
     """Startup, health, generate, acceptance, then (`window`) the verification window, then the canary.
 
-    `report(progress)` receives the startup progress and the recurrence watch (`ddtreed.progress`)
+    `report(progress)` receives the startup progress and the recurrence watch (`ddtreed.ops.progress`)
     every few seconds; `on_healthy(verdict)` is called the moment the probes passed, before the
     window, so the incident's `healthy` step has the time the service was healthy.
     """

@@ -84,7 +84,7 @@ class DaemonCollector:
 
 
 def daemon_families(status: DaemonStatus | None, healthy_probe_at: float | None = None) -> list[Metric]:
-    from . import __version__
+    from .. import __version__
 
     state = status.state if status else None
     healthy_at = max(filter(None, (status.last_healthy_at if status else None, healthy_probe_at)),
