@@ -62,6 +62,22 @@ STEPS: tuple[str, ...] = get_args(Step)
 ApplicationStatus = Literal["applied", "verified", "reverted", "undone-externally", "overwritten"]
 APPLICATION_STATUSES: tuple[str, ...] = get_args(ApplicationStatus)
 IN_PLACE: tuple[str, ...] = ("applied", "verified")  # the application's change is (meant to be) live
+APPLICATION_STATUSES_SHOWN = ("applied", "reverted", "verified")  # ddtreed's own: always listed, zeros too
+
+
+def counts_summary(incidents: list[dict[str, Any]], applied: Mapping[str, int], frozen: int) -> dict[str, Any]:
+    """The counts that `status`, a metrics scrape and `fleet status` show, from the store's
+    `incident_counts` rows, the applications per status and the frozen signatures: one shape for
+    the store, the stdlib reader of `status` and the remote reader of `fleet status`."""
+    return {
+        "incidents": incidents,
+        "incidents_total": sum(row["count"] for row in incidents),
+        "open_incidents": sum(row["count"] for row in incidents if row["status"] == "open"),
+        # a change undone from outside is listed only when seen
+        "applications": {**{status: applied.get(status, 0) for status in APPLICATION_STATUSES_SHOWN},
+                         **{status: count for status, count in applied.items() if status in APPLICATION_STATUSES}},
+        "frozen_signatures": frozen,
+    }
 
 DaemonState = Literal[
     "starting",      # ddtreed itself is starting (config, rules, journal replay)

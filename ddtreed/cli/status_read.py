@@ -16,9 +16,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from ..records import APPLICATION_STATUSES  # ddtreed.ops.status imports the vocabulary anyway
+from ..records import counts_summary  # ddtreed.ops.status imports the vocabulary anyway
 
-APPLICATION_STATUSES_SHOWN = ("applied", "reverted", "verified")  # always listed, zeros too
 BUSY_TIMEOUT_S = 5.0
 
 
@@ -101,14 +100,7 @@ def incident_counts(path: Path) -> dict[str, Any]:
         connection.close()
     incidents = [{"category": category, "status": status, "outcome": outcome, "count": count}
                  for category, status, outcome, count in rows]
-    return {
-        "incidents": incidents,
-        "incidents_total": sum(row["count"] for row in incidents),
-        "open_incidents": sum(row["count"] for row in incidents if row["status"] == "open"),
-        "applications": {**{status: applied.get(status, 0) for status in APPLICATION_STATUSES_SHOWN},
-                         **{status: count for status, count in applied.items() if status in APPLICATION_STATUSES}},
-        "frozen_signatures": frozen,
-    }
+    return counts_summary(incidents, applied, frozen)
 
 
 def _connect_read_only(path: Path) -> sqlite3.Connection:

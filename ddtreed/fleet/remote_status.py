@@ -175,7 +175,8 @@ def _boot_time(text: bytes) -> float | None:
 
 def _counts(connection: Connection, database: str) -> dict[str, Any]:
     """`Store.counts()` through the host's `sqlite3`, read-only; _Fallback when that cannot be exact."""
-    from ..incidents import APPLICATION_STATUSES, MIGRATIONS
+    from ..incidents import MIGRATIONS
+    from ..records import counts_summary
 
     path = database if database.startswith("/") else "./" + database  # never read as an option
     argv = ["sqlite3", "-readonly", "-batch", "-bail", "-init", "/dev/null", "-noheader", "-list",
@@ -196,14 +197,7 @@ def _counts(connection: Connection, database: str) -> dict[str, Any]:
     if not all(isinstance(row, dict) and set(row) == {"category", "status", "outcome", "count"}
                for row in incidents):
         raise _Fallback("unexpected incident_counts rows")
-    return {
-        "incidents": incidents,
-        "incidents_total": sum(row["count"] for row in incidents),
-        "open_incidents": sum(row["count"] for row in incidents if row["status"] == "open"),
-        "applications": {**{status: applied.get(status, 0) for status in ("applied", "reverted", "verified")},
-                         **{status: count for status, count in applied.items() if status in APPLICATION_STATUSES}},
-        "frozen_signatures": frozen,
-    }
+    return counts_summary(incidents, applied, frozen)
 
 
 def _json_list(value: Any) -> list[Any]:

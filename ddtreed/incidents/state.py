@@ -9,7 +9,7 @@ import statistics
 import time
 from typing import Any, Mapping, Sequence
 
-from ..records import APPLICATION_STATUSES, Application, checked
+from ..records import APPLICATION_STATUSES, Application, checked, counts_summary
 from . import encode
 from .base import StoreBase
 from .timeline import _application
@@ -209,15 +209,7 @@ class StateMixin(StoreBase):
             applied = dict(db.execute("SELECT status, COUNT(*) FROM applications GROUP BY status")
                            .fetchall())
             frozen = db.execute("SELECT COUNT(*) FROM frozen_signatures").fetchone()[0]
-        return {
-            "incidents": incidents,
-            "incidents_total": sum(row["count"] for row in incidents),
-            "open_incidents": sum(row["count"] for row in incidents if row["status"] == "open"),
-            # ddtreed's own three always (zeros too); a change undone from outside only when seen
-            "applications": {**{status: applied.get(status, 0) for status in ("applied", "reverted", "verified")},
-                             **{status: count for status, count in applied.items() if status in APPLICATION_STATUSES}},
-            "frozen_signatures": frozen,
-        }
+        return counts_summary(incidents, applied, frozen)
 
 
 def _entry(row: Mapping[str, Any]) -> dict[str, Any]:
