@@ -16,7 +16,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from ..records import counts_summary  # ddtreed.ops.status imports the vocabulary anyway
+from ..records import counts_summary
+from ..sqlite_readonly import open_read_only  # ddtreed.ops.status imports the vocabulary anyway
 
 BUSY_TIMEOUT_S = 5.0
 
@@ -73,7 +74,7 @@ class CountsError(Exception):
 def incident_counts(path: Path) -> dict[str, Any]:
     """`Store.counts()` of the database at `path`, read-only (CountsError when unreadable)."""
     try:
-        connection = _connect_read_only(path)
+        connection = open_read_only(path, BUSY_TIMEOUT_S, isolation_level=None)
     except sqlite3.Error as error:
         raise CountsError(_why(path, error)) from None
     try:
@@ -101,24 +102,6 @@ def incident_counts(path: Path) -> dict[str, Any]:
     incidents = [{"category": category, "status": status, "outcome": outcome, "count": count}
                  for category, status, outcome, count in rows]
     return counts_summary(incidents, applied, frozen)
-
-
-def _connect_read_only(path: Path) -> sqlite3.Connection:
-    """`mode=ro` (sees what a live daemon's WAL holds); where SQLite cannot even create the WAL
-    index beside the file (a read-only directory), `immutable=1`: the file as it lies."""
-    uri = path.resolve().as_uri()
-    failure: sqlite3.Error | None = None
-    for options in ("mode=ro", "immutable=1"):
-        try:
-            connection = sqlite3.connect(f"{uri}?{options}", uri=True, timeout=BUSY_TIMEOUT_S,
-                                         isolation_level=None)
-            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except sqlite3.Error as error:
-            failure = error
-            continue
-        return connection
-    assert failure is not None
-    raise failure
 
 
 def _why(path: Path, error: sqlite3.Error) -> str:

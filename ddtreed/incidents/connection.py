@@ -12,6 +12,8 @@ from typing import Iterator
 import sqlite_utils
 import structlog
 
+from ..sqlite_readonly import open_read_only
+
 log = structlog.get_logger(__name__)
 
 DATABASE_NAME = "incidents.sqlite3"
@@ -109,25 +111,10 @@ def connect(path: Path, busy_timeout_s: float) -> sqlite_utils.Database:
 
 
 def connect_read_only(path: Path, busy_timeout_s: float) -> sqlite_utils.Database:
-    """Open for reading only: a copy from another host, a read-only mount, a reviewer's account.
-
-    `mode=ro` first (it still sees what a live daemon's WAL holds); where SQLite cannot even
-    create the WAL index beside the file (a read-only directory), `immutable=1`, which reads the
-    file as it lies and takes no locks.
-    """
-    uri = path.resolve().as_uri()
-    failure: sqlite3.Error | None = None
-    for options in ("mode=ro", "immutable=1"):
-        try:
-            connection = sqlite3.connect(f"{uri}?{options}", uri=True, timeout=busy_timeout_s,
-                                         check_same_thread=False)
-            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except sqlite3.Error as error:
-            failure = error
-            continue
-        return sqlite_utils.Database(connection, execute_plugins=False)
-    assert failure is not None
-    raise failure
+    """Open for reading only: a copy from another host, a read-only mount, a reviewer's account
+    (`sqlite_readonly.open_read_only`: `mode=ro`, else `immutable=1`)."""
+    connection = open_read_only(path, busy_timeout_s, check_same_thread=False)
+    return sqlite_utils.Database(connection, execute_plugins=False)
 
 
 @contextlib.contextmanager
