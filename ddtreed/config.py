@@ -74,7 +74,9 @@ class ProbeConfig:
 @dataclass(frozen=True)
 class PreflightConfig:
     enabled: bool = True
-    block_on: tuple[str, ...] = ()  # check ids whose findings block the launch
+    # check ids whose would-crash findings block the launch. A taken port is certain to fail, and
+    # only after the whole model load (SGLang binds its HTTP port last): block it by default.
+    block_on: tuple[str, ...] = ("port-in-use",)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ Step = Literal[
     "detected", "diagnosed", "advised", "skipped", "applied", "apply-failed", "restarting",
     "restarted", "healthy", "failed", "verified", "reverted", "revert-failed", "recurred",
     "not-remediated", "escalated", "reconciled", "observed",
+    "cleared",  # a preflight finding that blocked the launch is no longer found (e.g. the port freed)
     "notified", "notify-failed",  # a hook delivery (ddtreed.ops.notify.Hooks), recorded by the loop
 ]
 STEPS: tuple[str, ...] = get_args(Step)

@@ -14,7 +14,9 @@ from ddtreed.loop.daemon import EXIT_GAVE_UP, EXIT_OK, Daemon
 from ddtreed.loop.lifecycle import IllegalTransition, Lifecycle, allowed
 from ddtreed.ops.notify import Notifier
 from ddtreed.preflight import Finding
+from ddtreed.preflight.checks import check_port
 from ddtreed.preflight.finding import WOULD_CRASH
+from ddtreed.loop.preflight_gate import BLOCKED_RECHECK_S
 from ddtreed.records import DAEMON_STATES, STEPS, Crash, Healthy, Outcome
 from ddtreed.testing import FakeClock, FakeHost, Launch, crashing, founding_traceback, healthy
 from ddtreed.loop.wiring import build
@@ -174,6 +176,31 @@ def test_preflight_prevents_the_crash_before_the_first_launch(tmp_path):
     assert loop.steps(incident["id"]) == ["detected", "diagnosed", "applied", "verified"]
     assert [a["status"] for a in loop.incident(incident["id"])["applications"]] == ["verified"]
     assert loop.daemon.lifecycle.history[:5] == ["starting", "preflight", "remediating", "starting", "running"]
+
+
+def test_a_taken_port_blocks_the_launch_by_default_as_one_incident_until_it_is_freed(tmp_path):
+    """SGLang binds its port only after the whole model load: a taken port is a certain crash ten
+    minutes later. The default `block_on` stops the launch; each re-check of the blocked launch is
+    the same incident (not one per 30 s), and the launch goes ahead once the port is free."""
+    rounds = []
+
+    def port_check(inputs):
+        rounds.append(inputs.host.busy_ports.copy())
+        if len(rounds) == 4:  # whoever held it lets go during the third wait
+            inputs.host.busy_ports.clear()
+        yield from check_port(inputs)
+
+    loop = Loop(tmp_path, lambda argv, env, start: healthy(), stop_on=Healthy, preflight=True,
+                checks={"port-in-use": port_check})
+    assert loop.config.preflight.block_on == ("port-in-use",)
+    loop.host.busy_ports.add(30000)
+    started = loop.clock.monotonic()
+    assert loop.run() == EXIT_OK
+    assert loop.daemon.lifecycle.history.count("blocked") == 3 and len(loop.host.launches) == 1
+    assert loop.clock.monotonic() - started >= 3 * BLOCKED_RECHECK_S
+    [incident] = loop.daemon.store.list_incidents()
+    assert (incident["source"], incident["category"], incident["status"]) == ("preflight", "port-in-use", "advised")
+    assert loop.steps(incident["id"]) == ["detected", "diagnosed", "cleared"]
 
 
 def test_a_refused_write_is_recorded_and_the_next_remediation_tried(tmp_path):

@@ -10,7 +10,7 @@ in `ddtreed.preflight` (context + installation → findings).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable, Literal, Mapping
 
 import structlog
 
@@ -23,7 +23,7 @@ log = structlog.get_logger(__name__)
 
 BLOCKED_RECHECK_S = 30.0  # a blocked launch is re-checked this often (and on SIGHUP)
 
-Action = Literal["warned", "frozen", "prevented", "advised", "open"]
+Action = Literal["warned", "frozen", "prevented", "advised", "open", "still-blocked"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,8 @@ def run_gate(loop) -> list[int]:
     healthy start). `loop` is the daemon's public API: lifecycle, config, context, host, rules,
     engine, store, launch, wiring, attempt(), wait(), reloads."""
     prevented: list[int] = []
+    blocked: dict[str, int] = {}  # signature -> incident of a finding that blocked the last round
+    since = loop.clock.time()
     while True:
         loop.lifecycle.enter("preflight", "preflight checks")
         findings = run_preflight(loop.config, loop.context, loop.host, loop.rules, loop.engine,
@@ -60,8 +62,17 @@ def run_gate(loop) -> list[int]:
         result = decide(findings, mode=loop.config.policy.mode, store=loop.store, context=loop.context,
                         try_fix=lambda incident_id, remediation_id: loop.attempt(remediation_id, incident_id),
                         plan=lambda remediation_id: loop.engine.plan(remediation_id, loop.context,
-                                                                     env=loop.launch.env))
+                                                                     env=loop.launch.env),
+                        blocked_before=blocked)
         prevented += result.prevented
+        still = {d.finding.signature: d.incident_id for d in result.decisions
+                 if d.blocking and d.incident_id is not None}
+        for signature, incident_id in blocked.items():
+            if signature not in still:  # the cause went away (the port was freed): say so once
+                waited = loop.clock.time() - since
+                loop.store.add_step(incident_id, "cleared", f"no longer found after {waited:.0f}s blocked")
+                log.info("preflight_cleared", incident_id=incident_id, blocked_s=round(waited, 1))
+        blocked = still
         if not result.blocking:
             return prevented
         reasons = "; ".join(finding.what for finding in result.blocking)
@@ -73,9 +84,18 @@ def run_gate(loop) -> list[int]:
 
 
 def decide(findings: list[Finding], *, mode: str, store, context,
-           try_fix: Callable[[int, str], Attempt], plan: Callable[[str], Plan]) -> GateResult:
-    """Record and act on each finding; `try_fix(incident_id, remediation_id)` applies one (unverified)."""
-    return GateResult(tuple(_decide(finding, mode, store, context, try_fix, plan) for finding in findings))
+           try_fix: Callable[[int, str], Attempt], plan: Callable[[str], Plan],
+           blocked_before: Mapping[str, int] | None = None) -> GateResult:
+    """Record and act on each finding; `try_fix(incident_id, remediation_id)` applies one (unverified).
+
+    `blocked_before`: signature -> incident of the findings that blocked the previous round of a
+    blocked launch; the same finding again is that incident still blocking, not a new incident
+    (a launch blocked for hours is one incident, not one per re-check)."""
+    known = blocked_before or {}
+    return GateResult(tuple(
+        Decision(finding, "still-blocked", True, known[finding.signature])
+        if finding.blocking and finding.signature in known
+        else _decide(finding, mode, store, context, try_fix, plan) for finding in findings))
 
 
 def confirm(store, incident_ids: list[int], verdict: Verdict) -> None:
