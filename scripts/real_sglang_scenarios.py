@@ -84,9 +84,10 @@ class Ddtreed:
         self.proc: subprocess.Popen | None = None
         self.log = self.dir / "ddtreed.log"
 
-    def start(self) -> None:
+    def start(self, log_name: str = "ddtreed.log") -> None:
         env = {**os.environ}
         self.started = now()
+        self.log = self.dir / log_name
         self.proc = subprocess.Popen([PYTHON, "-m", "ddtreed", "run", "--config", str(self.config),
                                       "--log-format", "console"], stdout=open(self.log, "wb"),
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -274,6 +275,8 @@ def log_facts(text: str) -> dict:
         "ready_lines": text.count("The server is fired up and ready to roll!"),
         "bind_errors": text.count("error while attempting to bind"),
         "sigquit_lines": text.count("SIGQUIT received"),
+        # every prefill's cached-token count: the canary's requests (own extra_key) must show 0
+        "prefill_cached_tokens": [int(n) for n in re.findall(r"Prefill batch.*?#cached-token: (\d+)", text)][:40],
     }
 
 
@@ -470,6 +473,9 @@ def scenario_hog(result: dict) -> Ddtreed:
 
 
 def scenario_portinuse(result: dict, preflight: bool = True) -> Ddtreed:
+    """Another server answers HTTP 200 on the service's port. With preflight (default `block_on`
+    names port-in-use) the launch is blocked before the model load, and goes ahead once the port is
+    freed; without it, SGLang's bind error after the load is the incident and no false ready."""
     holder = socket.socket()
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     port = 30014 if preflight else 30015
@@ -492,15 +498,55 @@ def scenario_portinuse(result: dict, preflight: bool = True) -> Ddtreed:
         d = Ddtreed("portinuse" if preflight else "portinuse-nopreflight", port, [], preflight=preflight,
                     policy={"max_restarts": 2})
         d.start()
-        d.wait(lambda s: s.get("state") in ("blocked", "running", "escalated") or s.get("current_incident_id")
-               or (s.get("restarts") or 0) >= 1, 240 if not preflight else 60, "a verdict on the port")
+        verdict = d.wait(lambda s: s.get("state") in ("blocked", "running", "escalated") or
+                         s.get("current_incident_id") or (s.get("restarts") or 0) >= 1,
+                         240 if not preflight else 60, "a verdict on the port")
         time.sleep(2)
-        result["final_status"] = {k: d.status().get(k) for k in ("state", "status_text", "restarts")}
-        result["stop"] = d.sigterm()
+        status = d.status()
+        result["verdict_s"] = verdict
+        result["verdict_status"] = {k: status.get(k) for k in ("state", "status_text", "restarts", "service_pid")}
+        result["launched_while_taken"] = bool(status.get("service_pid"))
     finally:
         server.kill()
         server.wait()
+    freed = time.time()
+    if preflight and result["verdict_status"].get("state") == "blocked":
+        # freed: the blocked launch is re-checked (every 30 s, or at once on SIGHUP)
+        d.proc.send_signal(signal.SIGHUP)
+        result["running_after_free_s"] = d.running(300, after_start=freed)
+    result["final_status"] = {k: d.status().get(k) for k in ("state", "status_text", "restarts")}
+    result["stop"] = d.sigterm()
     return d
+
+
+def scenario_orphan(result: dict) -> Ddtreed:
+    """ddtreed is SIGKILLed while its service serves (the service is left holding the GPU and the
+    port); the next `ddtreed run` finds the leftover of its own service by its record and removes
+    it before it launches, instead of OOMing or blocking on the port."""
+    d = Ddtreed("orphan", 30018, [])
+    d.start("ddtreed-1.log")
+    result["ready_s"] = d.running()
+    pid = d.status().get("service_pid")
+    tree = [pid] + [c.pid for c in children(pid)] if pid else []
+    d.proc.kill()
+    d.proc.wait()
+    time.sleep(1)
+    result["orphan"] = {"service_pid": pid, "tree": tree, "gpu": gpu_processes(),
+                        "alive": [p for p in tree if _alive(p)]}
+    restarted = time.time()
+    d.start("ddtreed-2.log")
+    result["ready_again_s"] = d.running(420, after_start=restarted)
+    result["orphan_left_alive"] = [p for p in tree if _alive(p)]
+    result["new_service_pid"] = d.status().get("service_pid")
+    return d
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return False
 
 
 def scenario_width(result: dict, offset: int) -> Ddtreed:
@@ -536,6 +582,7 @@ SCENARIOS = {
     "kvpool": scenario_kvpool,
     "hog": scenario_hog,
     "portinuse": scenario_portinuse,
+    "orphan": scenario_orphan,
     "portinuse-nopreflight": lambda r: scenario_portinuse(r, preflight=False),
     "width-capture": lambda r: scenario_width(r, +1),
     "width-silent": lambda r: scenario_width(r, -1),
@@ -564,7 +611,8 @@ def run(name: str, out: Path) -> dict:
         (out / "raw").mkdir(exist_ok=True)
         (out / "raw" / f"{name}.incidents.json").write_text(json.dumps(incidents, indent=1, default=str))
         (out / "raw" / f"{name}.service.log").write_text(text)
-        (out / "raw" / f"{name}.ddtreed.log").write_text(daemon.log.read_text(errors="replace"))
+        logs = sorted(daemon.dir.glob("ddtreed*.log"))
+        (out / "raw" / f"{name}.ddtreed.log").write_text("\n".join(p.read_text(errors="replace") for p in logs))
     if name.startswith("width"):
         restore_width()
     result["leftovers_killed"] = leftovers()
