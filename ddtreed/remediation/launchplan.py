@@ -26,7 +26,8 @@ def _number_text(value: float, integer: bool) -> str:
 
 
 def _adjust(op: Operation, current_text: str) -> str:
-    integer = "." not in current_text
+    # "48" is an integer; "0.7", ".5", "1e-05" are not (real SGLang launches carry all of them)
+    integer = current_text.strip().lstrip("+-").isdigit()
     try:
         current = float(current_text)
     except ValueError:
