@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import structlog.testing
 
 from ddtreed.config import load
 from daemon_helpers import run_daemon
@@ -43,7 +44,8 @@ def test_silent_corruption_is_caught_by_the_canary_and_fixed_by_lowering_the_bud
     assert trusted.board.current.canary["passed"] is True
 
     # Budget 8 emits wrong tokens (above 4) while /health stays green.
-    daemon, code = run_daemon(_with_budget(config, 8), timeout=180, stop_after_incident=True)
+    with structlog.testing.capture_logs() as logged:
+        daemon, code = run_daemon(_with_budget(config, 8), timeout=180, stop_after_incident=True)
     assert code == 0
     incident = daemon.store.get(daemon.outcomes[0].incident_id)
     assert incident["source"] == "canary"
@@ -55,3 +57,7 @@ def test_silent_corruption_is_caught_by_the_canary_and_fixed_by_lowering_the_bud
     assert "--speculative-ddtree-budget" in daemon.argv
     assert daemon.argv[daemon.argv.index("--speculative-ddtree-budget") + 1] == "4"
     assert daemon.board.current.canary["passed"] is True
+    # the garbage-emitting service still answered: it was drained (SIGTERM to its launcher alone,
+    # like real SGLang wants), not killed as a crash; the final stop drains the fixed one too
+    stops = [(entry["reason"], entry["drain"]) for entry in logged if entry["event"] == "service.stopping"]
+    assert stops[0] == ("degraded: draining before the fix", True), stops

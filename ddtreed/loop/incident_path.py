@@ -22,7 +22,7 @@ from ..ops.logsetup import incident_context
 from ..records import Application, Crash, ExitStatus, Outcome, ServiceContext, Verdict
 from ..remediation import Attempt, Engine, Launch
 from ..rules import RuleSet
-from ..health.serving import evidence_of, without_echoes
+from ..health.serving import ACCEPTANCE_COLLAPSE, EAGER_FALLBACK, evidence_of, without_echoes
 
 log = structlog.get_logger(__name__)
 
@@ -106,9 +106,14 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
         if found is not None:
             store.add_step(incident_id, "evidence", found[0], found[1])
     with incident_context(incident_id):
-        # no drain: SGLang's own 5 s crash sleep is not waited for; a launcher that printed its own
-        # error gets a moment to exit by itself, so its real exit code is kept
-        stopped = loop.stop_service("crash", settle_s=LAUNCHER_SETTLE_S if printed_by_launcher(crashes) else 0.0)
+        # a crash: no drain (SGLang's own 5 s crash sleep is not waited for); a launcher that printed
+        # its own error gets a moment to exit by itself, so its real exit code is kept. A service
+        # that still answers (a failed canary, the eager fallback, an acceptance collapse) is
+        # drained like any planned stop: its requests in flight are served, not killed.
+        if still_serving(crashes):
+            stopped = loop.stop_service("degraded: draining before the fix")
+        else:
+            stopped = loop.stop_service("crash", settle_s=LAUNCHER_SETTLE_S if printed_by_launcher(crashes) else 0.0)
         late = without_echoes(loop.service.drain(), already=crashes)  # SIGQUIT echoes are no 2nd death
         if late:  # other ranks finished their tracebacks while the tree went down
             crashes = crashes + late
@@ -134,6 +139,16 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
                            relaunch_heals=all(c.kind in RELAUNCH_HEALS for c in crashes))
         loop.publish(current_incident_id=None)
     return Outcome(incident_id, status)
+
+
+def still_serving(crashes: tuple[Crash, ...]) -> bool:
+    """Every failure is of a service that still answers requests: a failed output canary, or the
+    serving watch's eager fallback / acceptance collapse (not a hung server, not a death)."""
+    return bool(crashes) and all(
+        c.kind == "canary" or (c.kind == "serving" and c.message.startswith(_DEGRADED)) for c in crashes)
+
+
+_DEGRADED = (f"serving: {EAGER_FALLBACK}:", f"serving: {ACCEPTANCE_COLLAPSE}:")
 
 
 def printed_by_launcher(crashes: tuple[Crash, ...]) -> bool:
