@@ -30,7 +30,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "corpus"
-CORPUS_FILES = ("sglang-crashes.jsonl", "public-a.jsonl", "public-b.jsonl", "public-c.jsonl", "public-d.jsonl")
+CORPUS_FILES = ("sglang-crashes.jsonl", "public-a.jsonl", "public-b.jsonl", "public-c.jsonl", "public-d.jsonl",
+                "public-e.jsonl")
 
 
 def load_entries(corpus: Path = CORPUS) -> list[dict]:
