@@ -80,3 +80,74 @@ def test_the_taken_port_launch_never_reached_its_false_ready():
         trackers = [replay(lines)[0] for lines in launches(name)]
         assert not any(t.ready for t in trackers), name  # ddtreed stopped it at the bind error
         assert trackers[0].bind_error.startswith("ERROR:    [Errno 98]"), name
+
+
+# ---- runs r6-r8 (this branch's daemon, docs/gpu-real-sglang.md) ------------------------------------
+
+def _results(run: str, scenario: str) -> dict:
+    return next(r for r in json.loads((RESULTS / f"{run}.results.json").read_text()) if r["scenario"] == scenario)
+
+
+def _server_args(lines: list[str]) -> str:
+    return next(line for line in lines if "server_args=ServerArgs(" in line)
+
+
+def test_the_kv_pool_crash_is_closed_by_the_raised_fraction_that_real_sglang_accepted(tmp_path, capsys):
+    from ddtreed.cli import main
+    from ddtreed.loop.wiring import catalog_for
+    from ddtreed.records import ServiceContext
+    from ddtreed.remediation.argv_edit import value_of
+    from ddtreed.remediation.launchplan import plan_argv
+
+    crashed, healthy = sorted(launches("kvpool-r7"), key=lambda lines: "mem_fraction_static=1e-05" not in
+                              _server_args(lines))
+    (tmp_path / "crash.log").write_text("\n".join(crashed) + "\n")
+    assert main(["diagnose", str(tmp_path / "crash.log"), "--json"]) == 0
+    (incident,) = json.loads(capsys.readouterr().out)["incidents"]
+    assert incident["category"] == "kv-pool-too-small" and incident["remediations"][0] == "raise-mem-fraction-static"
+    argv = ("python3", "-m", "sglang.launch_server", "--model-path", "/tmp/model", "--mem-fraction-static", "1e-05")
+    planned = plan_argv(catalog_for(None).get("raise-mem-fraction-static"), ServiceContext(argv=argv))
+    raised = value_of(list(planned), ("--mem-fraction-static",))[1]
+    assert f"mem_fraction_static={raised}," in _server_args(healthy)  # what ddtreed relaunched with
+    tracker, groups, _ = replay(healthy)
+    assert tracker.ready and groups == []
+    assert [i["status"] for i in _results("r7", "kvpool")["incidents"]] == ["resolved"]
+
+
+def test_the_random_dflash_draft_accepts_nothing_and_the_launch_without_it_serves_on_graphs():
+    by_algorithm = {("DFLASH" if "speculative_algorithm='DFLASH'" in _server_args(lines) else "off"): lines
+                    for lines in launches("dflash-r7")}
+    spec = [s for s in map(parse_decode_line, by_algorithm["DFLASH"]) if s]
+    assert spec and {s.accept_length for s in spec} == {1.0}  # the collapse the canary measured
+    tracker, groups, _ = replay(by_algorithm["off"])
+    assert tracker.ready and groups == []
+    assert {s.cuda_graph for s in map(parse_decode_line, by_algorithm["off"]) if s} == {True}
+    (incident,) = _results("r7", "dflash")["incidents"]
+    assert (incident["category"], incident["status"]) == ("acceptance-collapse", "resolved")
+
+
+def test_an_orphaned_service_is_removed_by_the_next_ddtreed_without_any_incident():
+    result = _results("r7", "orphan")
+    assert result["orphan"]["alive"] and result["orphan"]["gpu"]  # left serving, holding the GPU
+    assert result["orphan_left_alive"] == [] and result["incidents"] == []
+    assert result["ready_again_s"] is not None
+    for lines in launches("orphan-r7"):
+        tracker, groups, _ = replay(lines)
+        assert tracker.ready and groups == []  # the leftover was stopped, not crashed
+
+
+def test_a_blocked_launch_never_started_the_service_until_the_port_was_free():
+    (launch,) = launches("portinuse-blocked-r6")  # one launch: none while the port was taken
+    tracker, groups, _ = replay(launch)
+    assert tracker.ready and tracker.bind_error is None and groups == []
+    (incident,) = _results("r6", "portinuse")["incidents"]
+    assert [step for step, _ in incident["steps"]] == ["detected", "diagnosed", "cleared"]
+    assert _results("r6", "portinuse")["verdict_status"]["state"] == "blocked"
+
+
+def test_the_eager_fallback_stop_drained_the_service_before_the_patch():
+    (incident,) = _results("r8", "width-silent")["incidents"]
+    assert (incident["rule"], incident["status"]) == ("serving-eager-fallback", "resolved")
+    text = gzip.decompress((RUN / "width-silent-r8.service.log.gz").read_bytes()).decode()
+    assert "crashed with exit code -15" not in text  # no scheduler killed mid-drain
+    assert text.count("Draining requests and shutting down") == 2  # the fix's stop and the final one
