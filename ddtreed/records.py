@@ -55,7 +55,8 @@ Step = Literal[
     "detected", "diagnosed", "advised", "skipped", "applied", "apply-failed", "restarting",
     "restarted", "healthy", "failed", "verified", "reverted", "revert-failed", "recurred",
     "not-remediated", "escalated", "reconciled", "observed",
-    "cleared",  # a preflight finding that blocked the launch is no longer found (e.g. the port freed)
+    "waiting",  # blocked on something outside the service (another process holding the GPU)
+    "cleared",  # what blocked the launch is gone (a preflight finding, the GPU's other holder)
     "notified", "notify-failed",  # a hook delivery (ddtreed.ops.notify.Hooks), recorded by the loop
 ]
 STEPS: tuple[str, ...] = get_args(Step)

@@ -7,6 +7,9 @@ wall time whatever the probe budgets say, because time moves only when the loop 
 
 from __future__ import annotations
 
+import gzip
+from pathlib import Path
+
 import pytest
 
 from ddtreed.config import from_mapping
@@ -201,6 +204,53 @@ def test_a_taken_port_blocks_the_launch_by_default_as_one_incident_until_it_is_f
     [incident] = loop.daemon.store.list_incidents()
     assert (incident["source"], incident["category"], incident["status"]) == ("preflight", "port-in-use", "advised")
     assert loop.steps(incident["id"]) == ["detected", "diagnosed", "cleared"]
+
+
+def _real_hog_crash() -> tuple[str, ...]:
+    """Real SGLang 0.5.16 on the H200 (run r2), another process holding all but 3 GiB of the GPU."""
+    lines = gzip.decompress((Path(__file__).parent / "fixtures" / "sglang-0.5.16" / "h200-run" /
+                             "hog.service.log.gz").read_bytes()).decode().splitlines()
+    start = next(i for i, line in enumerate(lines) if "Scheduler hit an exception" in line)
+    end = next(i for i, line in enumerate(lines) if line.startswith("torch.OutOfMemoryError"))
+    return tuple(lines[start:end + 1])
+
+
+def test_another_process_holding_the_gpu_blocks_the_relaunch_until_it_lets_go(tmp_path):
+    """Real 0.5.16's OOM names the holder (pid 4458). No remediation shrinks SGLang for it, and a
+    relaunch while it still holds the GPU would fail again after the load: blocked, one incident,
+    re-checked every 30 s; once NVML no longer sees the pid, relaunched and verified."""
+    holder_checks = []
+
+    def gpu_holders(pids=None):  # NVML: the service's own pids are never on the GPU here
+        if 4458 not in (pids or []):
+            return []
+        holder_checks.append(list(pids))
+        return [4458] if len(holder_checks) <= 3 else []  # it lets go during the third wait
+
+    loop = Loop(tmp_path, lambda argv, env, start: crashing(_real_hog_crash()) if start == 1 else healthy(),
+                stop_on=Outcome)
+    loop.host.gpu_holders = gpu_holders
+    started = loop.clock.monotonic()
+    assert loop.run() == EXIT_OK
+    [outcome] = loop.outcomes
+    incident = loop.incident(outcome.incident_id)
+    assert (incident["category"], incident["rule_id"], incident["status"]) == (
+        "cuda-oom", "cuda-oom-gpu-held-by-another-process", "resolved")
+    assert "4458" in incident["diagnosis"] and incident["outcome"] == "restarted; healthy"
+    steps = loop.steps(outcome.incident_id)
+    assert steps[:4] == ["detected", "diagnosed", "waiting", "cleared"] and "healthy" in steps
+    assert "applied" not in steps  # never "fixed" by shrinking SGLang
+    assert holder_checks[0] == [4458] and len(loop.host.launches) == 2
+    assert loop.clock.monotonic() - started >= 3 * 30.0
+    assert "blocked" in loop.daemon.lifecycle.history
+
+
+def test_a_named_holder_that_is_already_gone_is_relaunched_at_once(tmp_path):
+    loop = Loop(tmp_path, lambda argv, env, start: crashing(_real_hog_crash()) if start == 1 else healthy(),
+                stop_on=Outcome)
+    [outcome] = (loop.run(), loop.outcomes)[1]
+    assert "waiting" not in loop.steps(outcome.incident_id)
+    assert "blocked" not in loop.daemon.lifecycle.history
 
 
 def test_a_refused_write_is_recorded_and_the_next_remediation_tried(tmp_path):

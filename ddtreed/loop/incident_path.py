@@ -30,6 +30,7 @@ OBSERVE_SETTLE_S = 2.0  # a service dying of its traceback exits (or fails healt
 OBSERVE_HEALTH_S = 5.0  # deadline of the health probe that decides "alive and serving"
 OBSERVED_MERGE_S = 3600.0  # the same handled error again within this: a step, not a new incident
 LAUNCHER_SETTLE_S = 1.0  # a launcher that printed its own error is exiting; it gets this long to finish
+HOLDER_RECHECK_S = 30.0  # a GPU held by another process is re-checked this often (and on SIGHUP)
 
 
 class Loop(Protocol):
@@ -37,6 +38,8 @@ class Loop(Protocol):
 
     lifecycle: Lifecycle
     store: Any  # the incident store (a DurableStore over incidents.Store)
+    host: Any  # ddtreed.service.host.Host: gpu_holders(pids) (NVML)
+    reloads: int  # SIGHUPs handled so far
     launch: Launch
     context: ServiceContext
     wiring: Any  # ddtreed.loop.wiring.Wiring
@@ -136,7 +139,8 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
         if match.category == "silent-corruption":  # wrong output while serving: tell a person at once
             loop.notify_person("silent-corruption", incident_id)
         status = remediate(loop, incident_id, diagnosis.signature.fingerprint, list(match.remediations),
-                           relaunch_heals=all(c.kind in RELAUNCH_HEALS for c in crashes))
+                           relaunch_heals=all(c.kind in RELAUNCH_HEALS for c in crashes),
+                           holder=foreign_gpu_holder(match.category, match.params))
         loop.publish(current_incident_id=None)
     return Outcome(incident_id, status)
 
@@ -241,13 +245,20 @@ def record_observed(loop: Loop, crashes: tuple[Crash, ...], diagnosis) -> None:
 
 
 def remediate(loop: Loop, incident_id: int, fingerprint: str, remediations: list[str],
-              relaunch_heals: bool = False) -> str:
-    """Decide under the policy and try the rule's remediations; the incident's final status."""
+              relaunch_heals: bool = False, holder: int | None = None) -> str:
+    """Decide under the policy and try the rule's remediations; the incident's final status.
+
+    `holder`: the pid the diagnosis names as holding the GPU (not this service). While NVML still
+    sees it on a GPU, a relaunch would only run out of memory again after its load, and shrinking
+    SGLang would hide the cause: the loop waits, `blocked`, until it lets go, then relaunches."""
     store, policy = loop.store, loop.config.policy
     remediations = remediations[: policy.max_remediations_per_incident]
     if recurred_after_verified_fix(loop, incident_id, fingerprint):
         return escalate(loop, incident_id, fingerprint, "the same crash came back after its fix was verified",
                         event="recurrence")
+    if policy.mode == "auto" and not remediations and holder is not None and loop.host.gpu_holders([holder]):
+        wait_for_gpu(loop, incident_id, holder)
+        return relaunch_and_verify(loop, incident_id)
     if policy.mode == "auto" and not remediations and relaunch_heals and not store.is_frozen(fingerprint):
         return relaunch_and_verify(loop, incident_id)
     if policy.mode == "off" or not remediations:
@@ -270,6 +281,32 @@ def remediate(loop: Loop, incident_id: int, fingerprint: str, remediations: list
             log.info("incident_resolved", remediation=remediation_id)
             return "resolved"
     return escalate(loop, incident_id, fingerprint, "no remediation left to try")
+
+
+def foreign_gpu_holder(category: str | None, params: dict[str, Any]) -> int | None:
+    """The pid an OOM diagnosis names as holding the GPU (rule `cuda-oom-gpu-held-by-another-process`)."""
+    value = params.get("holder_pid") if category == "cuda-oom" else None
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def wait_for_gpu(loop: Loop, incident_id: int, pid: int) -> None:
+    """`blocked` until `pid` holds no GPU (NVML), re-checked every HOLDER_RECHECK_S and on SIGHUP;
+    SIGTERM ends the wait like any other. One incident however long it takes."""
+    started = loop.clock.time()
+    loop.store.add_step(incident_id, "waiting", f"pid {pid} (not this service) holds the GPU: no relaunch until "
+                                                f"it lets go (re-checked every {HOLDER_RECHECK_S:.0f} s and on SIGHUP)")
+    loop.lifecycle.enter("blocked", f"GPU held by pid {pid} (not this service): waiting for it to let go")
+    log.error("gpu_held_by_another_process", pid=pid, incident_id=incident_id,
+              hint=f"stop pid {pid} if it is a leftover, or give this service another GPU")
+    while loop.host.gpu_holders([pid]):
+        seen = loop.reloads
+        loop.wait(HOLDER_RECHECK_S, lambda seen=seen: loop.reloads != seen)
+    waited = loop.clock.time() - started
+    loop.store.add_step(incident_id, "cleared", f"pid {pid} holds no GPU any more (after {waited:.0f}s)")
+    log.info("gpu_released", pid=pid, waited_s=round(waited, 1))
 
 
 def relaunch_and_verify(loop: Loop, incident_id: int) -> str:

@@ -24,11 +24,11 @@ EXIT_GAVE_UP = 75
 TRANSITIONS: dict[str, frozenset[str]] = {
     "starting": frozenset({"preflight", "backoff", "verifying", "running", "crashed", "escalated"}),
     "preflight": frozenset({"remediating", "blocked", "starting", "backoff", "escalated"}),
-    "blocked": frozenset({"preflight"}),
+    "blocked": frozenset({"preflight", "remediating"}),  # remediating: a GPU holder let go
     "remediating": frozenset({"preflight", "restarting", "starting", "backoff", "escalated"}),
     "running": frozenset({"crashed"}),
     "crashed": frozenset({"diagnosing"}),
-    "diagnosing": frozenset({"remediating", "starting", "backoff", "escalated"}),
+    "diagnosing": frozenset({"remediating", "blocked", "starting", "backoff", "escalated"}),
     "restarting": frozenset({"starting", "escalated"}),
     "verifying": frozenset({"running", "crashed", "remediating", "escalated"}),
     "backoff": frozenset({"starting", "escalated"}),
