@@ -7,7 +7,6 @@ read-only mount or a reviewer's account works; nothing here writes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 from datetime import datetime, timezone
@@ -148,6 +147,8 @@ def _open(directory: str):
 
 
 def _open_migrating(path: Path):
+    import contextlib
+
     from ..incidents import Store, StoreError
     from ..ops.logsetup import CURRENT_STDERR, configure
 
@@ -231,6 +232,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _ack(args: argparse.Namespace) -> int:
+    import contextlib
     import getpass
 
     from ..incidents import Store, StoreError, database_path

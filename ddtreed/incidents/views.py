@@ -11,7 +11,6 @@ import re
 from typing import Any, Iterable, Mapping
 
 from ..textstyle import as_json, iso, paint, use_colour  # noqa: F401 - the CLI imports them from here
-from .stderr_tail import describe_exit
 
 TABLE_HEADERS = ["ID", "STARTED (UTC)", "CATEGORY", "RULE", "STATUS", "SEEN", "REMEDIATION", "DURATION"]
 FRAMES_SHOWN = 8  # the innermost frames say where it broke; the full list is in --json
@@ -145,6 +144,8 @@ def _evidence(record: Mapping[str, Any] | None) -> list[str]:
     """What the service said: its last error line, how it ended, the phase, its stderr tail."""
     if not record:
         return []
+    from .stderr_tail import describe_exit  # here: the list (`ddtreed incidents`) never needs it
+
     lines = []
     if record.get("last_error"):
         lines += field("last error", record["last_error"])
