@@ -8,12 +8,14 @@ first use, so `ddtreed incidents` and `import ddtreed.incidents.views` start wit
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from .errors import StoreError
 from .reads import DATABASE_NAME, database_path
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the readers start fast)
 if TYPE_CHECKING:
+    from typing import Any
+
     from ..records import STEPS
     from .migrations import MIGRATIONS
     from .retention import Retention

@@ -13,10 +13,14 @@ import json
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from ..sqlite_readonly import open_read_only
 from .errors import StoreError, translate
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the readers start fast)
+if TYPE_CHECKING:
+    from typing import Any
 
 DATABASE_NAME = "incidents.sqlite3"
 DEFAULT_BUSY_TIMEOUT_S = 5.0
@@ -26,7 +30,7 @@ SCHEMA = ("0001_incidents_and_steps", "0002_applications", "0003_frozen_signatur
           "0004_accept_baselines", "0005_canary_goldens", "0006_degraded_state", "0007_canary_runs",
           "0008_application_engine_fields", "0009_scale_indexes_and_counts")
 
-_JSON_COLUMNS = {"params": {}, "ranks": [], "tracebacks": [], "context": {}, "remediations": []}
+_JSON_COLUMNS: dict[str, Any] = {"params": {}, "ranks": [], "tracebacks": [], "context": {}, "remediations": []}
 SUMMARY_COLUMNS = ("id", "source", "service", "category", "rule_id", "title", "fingerprint",
                    "exception", "message", "status", "remediation_id", "application_id",
                    "outcome", "started_at", "resolved_at")

@@ -8,9 +8,13 @@ values indented under their label, then sections. Words for an ended incident sa
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from ..textstyle import as_json, iso, paint, use_colour  # noqa: F401 - the CLI imports them from here
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the readers start fast)
+if TYPE_CHECKING:
+    from typing import Any
 
 TABLE_HEADERS = ["ID", "STARTED (UTC)", "CATEGORY", "RULE", "STATUS", "SEEN", "REMEDIATION", "DURATION"]
 FRAMES_SHOWN = 8  # the innermost frames say where it broke; the full list is in --json
