@@ -1,15 +1,15 @@
-"""CLI start: wall time of `ddtreed --help` and `ddtreed status`, and what their imports cost.
+"""CLI start: wall time of `ddtreed --help`, `ddtreed status` and `ddtreed incidents`, and what their imports cost.
 
-Code path timed: a fresh `python -m ddtreed --help` and `python -m ddtreed status --state-dir DIR`
-process each (the installed `ddtreed` script runs the same `ddtreed.cli:main`), DIR holding a
-daemon-state.json of a live pid (this one) and an incident database with 100 incidents written by
-the real `Store`. Baseline from the same run: the bare interpreter (`python -c pass`) and
-`python -c "import argparse, json, sqlite3"` (what any CLI of this kind needs). `python -X importtime`
-of each command gives the top contributors (cumulative ms of each top-level module imported by
-ddtreed). For each command: wall time and CPU time (user + sys of the child, from its rusage:
-what the command costs, apart from its wait for a core on a loaded box). `--before-rev REV`
-also times the code at REV (a git worktree) in the same run, interleaved. `--runs` runs each,
-round robin; prints ONE JSON object.
+Code path timed: a fresh `python -m ddtreed --help`, `python -m ddtreed status --state-dir DIR`
+and `python -m ddtreed incidents --state-dir DIR` process each (the installed `ddtreed` script
+runs the same `ddtreed.cli:main`), DIR holding a daemon-state.json of a live pid (this one) and an
+incident database with 100 incidents written by the real `Store`. Baseline from the same run: the
+bare interpreter (`python -c pass`) and `python -c "import argparse, json, sqlite3"` (what any CLI
+of this kind needs). `python -X importtime` of each command gives the top contributors (cumulative
+ms of each top-level module imported by ddtreed). For each command: wall time and CPU time (user +
+sys of the child, from its rusage: what the command costs, apart from its wait for a core on a
+loaded box). `--before-rev REV` also times the code at REV (a git worktree) in the same run,
+interleaved. `--runs` runs each, round robin; prints ONE JSON object.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from pathlib import Path
 
 from _common import REPO, emit, load_info, quiet_logs, spread
 
-GOAL_MS = 120.0
+GOAL_MS = 120.0  # --help, status (issue 19.4)
+INCIDENTS_GOAL_MS = 100.0  # incidents (issue 19.3; at 100,000 incidents: store_scale.py's `readers`)
 
 
 def make_state_dir(directory: Path, incidents: int) -> None:
@@ -125,12 +126,20 @@ def main() -> None:
         commands = {
             "help": [python, "-m", "ddtreed", "--help"],
             "status": [python, "-m", "ddtreed", "status", "--state-dir", str(state)],
+            "incidents": [python, "-m", "ddtreed", "incidents", "--state-dir", str(state)],
         }
         baselines = {
             "python_c_pass": [python, "-c", "pass"],
             "python_import_argparse_json_sqlite3": [python, "-c", "import argparse, json, sqlite3"],
         }
         old = checkout(args.before_rev, Path(directory) / "before") if args.before_rev else None
+        # Bytecode first, on both sides, as an install has it: with PYTHONDONTWRITEBYTECODE set a
+        # tree without __pycache__ would compile every ddtreed module on each start.
+        for tree in (REPO, old):
+            if tree is not None:
+                subprocess.run([python, "-m", "compileall", "-q", str(tree / "ddtreed")], check=True,
+                               capture_output=True)
+        result["bytecode"] = "compiled before timing, both sides (as an install has it)"
         try:
             timings: dict[str, tuple[list[float], list[float], int]] = {}
             # Round robin: every command once per round, so load that comes and goes during the
@@ -161,7 +170,9 @@ def main() -> None:
         result["before_rev"] = args.before_rev
     result["load_after"] = load_info()
     result["goal_ms"] = GOAL_MS
-    result["goal_met"] = all(result[f"{name}_ms"]["median"] <= GOAL_MS for name in ("help", "status"))
+    result["incidents_goal_ms"] = INCIDENTS_GOAL_MS
+    result["goal_met"] = all(result[f"{name}_ms"]["median"] <= GOAL_MS for name in ("help", "status")) \
+        and result["incidents_ms"]["median"] <= INCIDENTS_GOAL_MS
     emit(result)
 
 

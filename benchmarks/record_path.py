@@ -8,7 +8,16 @@ real functions on a real state dir (`--events` times each, interleaved), and bes
 same run: the snapshot written the way it was up to 16ef28d (`host.write_atomic`: fsync of the
 file and of the directory; `write_status` now renames without fsync), and the same
 `open_incident` on a store whose connection runs `PRAGMA synchronous=NORMAL` (WAL: durable across a
-crash of ddtreed, the last commits can be lost on a power cut). Prints ONE JSON object.
+crash of ddtreed, the last commits can be lost on a power cut).
+
+`--incidents N` also runs the real `Daemon` (in a thread) N times on a fresh state dir against
+`tests/programs/fast_service.py` and counts the SQLite write transactions of one incident on the
+daemon's own store connection (its SQL traced), from the one that opens the incident to the one
+that ends it: `auto` (the founding crash, the patch, restart, verification, resolved) and
+`off` (policy off: recorded, not remediated). Same-run baseline: `benchmarks/compare.py --against
+REV -- record_path.py --events 20 --incidents 3` runs this on REV's code too. Beside it, the
+cost of two steps as two FULL commits and as one (`Store.together`), on a real store.
+Prints ONE JSON object.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import emit, load_info, percentile, quiet_logs
+from _common import emit, load_info, percentile, quiet_logs, spread
 
 import fast_service  # noqa: E402  (tests/programs, on sys.path through _common)
 from ddtreed.service.host import write_atomic  # noqa: E402
@@ -52,9 +61,99 @@ def stats(values: list[float]) -> dict:
             "max": round(max(values), 3)}
 
 
+def _transactions(statements: list[str]) -> list[list[str]]:
+    """The write transactions in a trace: each BEGIN IMMEDIATE … COMMIT, its statements."""
+    found: list[list[str]] = []
+    current: list[str] | None = None
+    for statement in statements:
+        head = statement.strip().upper()
+        if head.startswith("BEGIN IMMEDIATE"):
+            current = []
+        elif head.startswith("COMMIT") and current is not None:
+            found.append(current)
+            current = None
+        elif current is not None and head.split(" ", 1)[0] in ("INSERT", "UPDATE", "DELETE"):
+            label = _label(statement)
+            if not current or current[-1] != label:  # a trigger's statements are traced under it
+                current.append(label)
+    return found
+
+
+def _label(statement: str) -> str:
+    """`steps: healthy`, `incidents: status 'resolved'`, else the statement's first words."""
+    text = " ".join(statement.split())
+    plain = text.replace('"', "").replace("[", "").replace("]", "")
+    if plain.upper().startswith("INSERT INTO STEPS"):
+        return "steps: " + text.rsplit("'", 2)[-2]  # `step` is the last column: its value last
+    if plain.lower().startswith("update incidents set status"):
+        return "incidents: status " + text.split("=", 1)[1].split(",", 1)[0].strip()
+    return plain[:70]
+
+
+def incident_transactions(directory: Path, mode: str) -> list[list[str]]:
+    """One incident through the real daemon: the write transactions from its opening to its end."""
+    import sqlite3
+    import threading
+
+    from ddtreed.config import load
+    from ddtreed.demo import free_port
+    from ddtreed.loop.daemon import Daemon
+
+    config = load(fast_service.write_config(directory, port=free_port(), policy={"mode": mode}))
+    daemon = Daemon(config)
+    statements: list[str] = []
+    daemon.store.current.db.conn.set_trace_callback(statements.append)
+    thread = threading.Thread(target=daemon.run, name="daemon", daemon=True)
+    thread.start()
+    database = directory / "state" / "incidents.sqlite3"
+    ended = "incidents: status 'resolved'" if mode == "auto" else "steps: not-remediated"  # and its finish
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and thread.is_alive():
+            done = database.exists() and sqlite3.connect(f"file:{database}?mode=ro", uri=True).execute(
+                "SELECT count(*) FROM steps WHERE step = ?",
+                ["not-remediated" if mode == "off" else "verified"]).fetchone()[0]
+            if done and any(ended in label for t in _transactions(list(statements)) for label in t):
+                break
+            time.sleep(0.05)
+        else:
+            raise SystemExit(f"record_path: the {mode} incident did not end; see {directory}")
+    finally:
+        daemon.request_stop()
+        thread.join(60)
+    transactions = _transactions(list(statements))
+    first = next(i for i, t in enumerate(transactions) if any(s.startswith("INSERT INTO incidents") for s in t))
+    last = next(i for i, t in enumerate(transactions) if ended in t)
+    if mode == "off":  # the finish that follows the step (the same transaction once batched)
+        last = next(i for i in range(last, len(transactions))
+                    if any(s.startswith("incidents: status") for s in transactions[i]))
+    return transactions[first:last + 1]
+
+
+def steps_cost(directory: Path, rounds: int) -> dict:
+    """Two steps of one incident as two FULL commits, and as one (`Store.together`), same store."""
+    store = Store(directory / "incidents.sqlite3")
+    incident = store.open_incident("crash", ())
+    apart, together = [], []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        store.add_step(incident, "not-remediated", "policy off")
+        store.finish(incident, "open", "policy off")
+        apart.append((time.perf_counter() - started) * 1000)
+        if hasattr(store, "together"):
+            started = time.perf_counter()
+            store.together(lambda s: (s.add_step(incident, "not-remediated", "policy off"),
+                                      s.finish(incident, "open", "policy off")))
+            together.append((time.perf_counter() - started) * 1000)
+    store.close()
+    return {"two_commits_ms": stats(apart), **({"one_commit_ms": stats(together)} if together else {})}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=200)
+    parser.add_argument("--incidents", type=int, default=0,
+                        help="also count the transactions of N real incidents per policy (auto, off)")
     args = parser.parse_args()
     quiet_logs(50)
     rules = load_rules([shipped("rules")])
@@ -99,6 +198,14 @@ def main() -> None:
     result["record_with_snapshots_first_ms"] = stats(snapshots_first)
     result["record_with_status_fsync_ms"] = stats(before)
     result["record_with_synchronous_normal_ms"] = stats(lean)
+    if args.incidents:
+        with tempfile.TemporaryDirectory(prefix="ddtreed-record-") as root:
+            result["two_steps"] = steps_cost(Path(root), max(args.events, 3))
+            for mode in ("auto", "off"):
+                runs = [incident_transactions(Path(root) / f"{mode}-{index}", mode) for index in range(args.incidents)]
+                result[f"transactions_per_incident_{mode}"] = spread([len(run) for run in runs])
+                result[f"transactions_{mode}_example"] = runs[-1]
+        result["load_after"] = load_info()
     emit(result)
 
 

@@ -14,7 +14,17 @@ a remediation list), once with the current schema and once with the schema befor
 The incidents span N minutes (one a minute), so at 100,000 about 70 days: the age limit takes
 none; the count limit takes all but the protected ones (open, unacknowledged escalated).
 
+- `scrape_http`: `GET /metrics` of the daemon's real endpoint over loopback (its snapshot:
+  a status and `Store.counts()`), wall per scrape, and `Store.counts()` alone beside it,
+- `readers` (on the current store): the real `ddtreed incidents`, `incidents --json`,
+  `incidents show ID` and `incidents show ID --json` processes of this checkout and of
+  `--readers-before-rev` (default d068f31: the readers through the sqlite-utils store), runs
+  interleaved command by command; wall and child CPU, whether both printed the same bytes, and
+  `-X importtime` of each (total, the top modules imported by ddtreed's code); both trees'
+  bytecode compiled first, as an install has it.
+
 Prints one JSON object. Usage: python benchmarks/store_scale.py [--incidents 100000] [--runs 5]
+[--current-only]
 """
 
 from __future__ import annotations
@@ -181,6 +191,76 @@ def spread(values: list[float]) -> dict[str, float]:
             "max_ms": round(max(values), 3)}
 
 
+def scrape_http(state_dir: Path, scrapes: int) -> dict[str, object]:
+    """What Prometheus gets: `GET /metrics` of the daemon's real endpoint (`ops.metrics.start_metrics`,
+    the snapshot the daemon passes it: its status and `Store.counts()`), over loopback HTTP."""
+    import urllib.request
+
+    from ddtreed.incidents import Store
+    from ddtreed.ops.metrics import start_metrics
+    from ddtreed.ops.status import DaemonStatus
+
+    status = DaemonStatus(pid=os.getpid(), state="running", status_text="serving")
+    store = Store(state_dir / "incidents.sqlite3", create=False)
+    server = start_metrics("127.0.0.1:0", lambda: (status, store.counts()))
+    assert server is not None
+    url = "http://{}:{}/metrics".format(*server.address)
+    walls, counts, body = [], [], b""
+    try:
+        for _ in range(scrapes):
+            began = time.perf_counter()
+            with urllib.request.urlopen(url, timeout=30) as response:
+                body = response.read()
+            walls.append((time.perf_counter() - began) * 1000.0)
+        counts = [timed(store.counts, 1)["median_ms"] for _ in range(scrapes)]
+    finally:
+        server.close()
+        store.close()
+    total = next((line for line in body.decode().splitlines()
+                  if line.startswith("ddtreed_incidents_total")), "")
+    return {"scrapes": scrapes, "wall_ms": spread(walls), "counts_ms": spread(counts),
+            "body_bytes": len(body), "incidents_total_line": total}
+
+
+def readers(state_dir: Path, runs: int, old: Path, incident_id: int) -> dict[str, object]:
+    """The CLI readers of this checkout against those of `old`, same store, runs interleaved."""
+    from cli_start import importtime  # benchmarks/ is sys.path[0] when run as a script
+
+    commands = {"list": ["incidents"], "list_json": ["incidents", "--json"],
+                "show": ["incidents", "show", str(incident_id)],
+                "show_json": ["incidents", "show", str(incident_id), "--json"]}
+    # Bytecode first, as `pip install` leaves it (a run with PYTHONDONTWRITEBYTECODE would
+    # otherwise compile every ddtreed module from source on each start, both sides alike).
+    for tree in (REPO, old):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "ddtreed")], check=True,
+                       capture_output=True)
+    result: dict[str, object] = {"before_code": str(old), "show_id": incident_id,
+                                 "bytecode": "compiled before timing (as an install has it)"}
+    for name, argv in commands.items():
+        command = [sys.executable, "-m", "ddtreed", *argv, "--state-dir", str(state_dir)]
+        times: dict[str, tuple[list[float], list[float]]] = {"now": ([], []), "before": ([], [])}
+        outputs: dict[str, bytes] = {}
+        for _ in range(runs):
+            for side, repo in (("now", REPO), ("before", old)):
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                began = time.perf_counter()
+                done = subprocess.run(command, env=dict(os.environ, PYTHONPATH=str(repo)), check=True,
+                                      capture_output=True, cwd=repo)
+                times[side][0].append((time.perf_counter() - began) * 1000.0)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                times[side][1].append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000.0)
+                outputs[side] = done.stdout
+        entry: dict[str, object] = {"same_output": outputs["now"] == outputs["before"],
+                                    "output_bytes": len(outputs["now"])}
+        for side, repo in (("now", REPO), ("before", old)):
+            outside, ours, total = importtime(command[1:], top=6, cwd=repo)
+            entry[side] = {"wall_ms": spread(times[side][0]), "cpu_ms": spread(times[side][1]),
+                           "importtime_total_ms": total, "importtime_top_imported_by_ddtreed": outside,
+                           "importtime_top_ddtreed_modules": ours}
+        result[name] = entry
+    return result
+
+
 def baseline_checkout(rev: str, where: Path) -> Path:
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(where), rev],
                    check=True)
@@ -193,6 +273,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--baseline-rev", default="32f079a",
                         help="the code before migration 0009 (indexes, counts table): the baseline")
+    parser.add_argument("--readers-before-rev", default="d068f31",
+                        help="the code whose CLI readers `readers` compares with this checkout's")
+    parser.add_argument("--current-only", action="store_true",
+                        help="only the current store: `readers` and `scrape_http` (no old schema, no prune)")
     args = parser.parse_args()
     import structlog  # only errors from the library: stdout is the one JSON object
 
@@ -203,17 +287,25 @@ def main() -> int:
                               "code_path": "Store.list_incidents / Store.counts / incidents.retention.prune "
                                            "and the real `ddtreed incidents` / `status` processes"}
     with tempfile.TemporaryDirectory() as tmp:
-        old = baseline_checkout(args.baseline_rev, Path(tmp) / "baseline-code")
+        trees = [] if args.current_only else [baseline_checkout(args.baseline_rev, Path(tmp) / "baseline-code")]
+        readers_old = baseline_checkout(args.readers_before_rev, Path(tmp) / "readers-before-code")
+        trees.append(readers_old)
         try:
-            for name, migrations, repo in (("baseline", BEFORE_SCALE, old),
-                                           ("current", MIGRATIONS, REPO)):
+            sides = (("current", MIGRATIONS, REPO),) if args.current_only else (
+                ("baseline", BEFORE_SCALE, trees[0]), ("current", MIGRATIONS, REPO))
+            for name, migrations, repo in sides:
                 state = Path(tmp) / name
                 build(state / "incidents.sqlite3", args.incidents, migrations)
-                out[name] = measure(state, args.runs, repo, baseline=repo is old)
+                if not args.current_only:
+                    out[name] = measure(state, args.runs, repo, baseline=repo is not REPO)
+            out["scrape_http"] = scrape_http(Path(tmp) / "current", max(20, args.runs))
+            out["readers"] = readers(Path(tmp) / "current", args.runs, readers_old, args.incidents // 2)
         finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)],
-                           check=False)
+            for tree in trees:
+                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
+                               check=False)
     out["baseline_rev"] = args.baseline_rev
+    out["readers_before_rev"] = args.readers_before_rev
     out["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(out, indent=2))
     return 0

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the readers start fast)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def open_read_only(path: Path, timeout_s: float, **connect_options: Any) -> sqlite3.Connection:

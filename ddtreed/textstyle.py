@@ -9,7 +9,11 @@ from __future__ import annotations
 import os
 import sys
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from collections.abc import Mapping
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the readers start fast)
+if TYPE_CHECKING:
+    from typing import Any
 
 COLOURS = {"open": "33", "escalated": "1;31", "reverted": "31", "resolved": "32", "prevented": "32",
            "advised": "36", "FAILED": "1;31"}

@@ -6,7 +6,11 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the readers start fast)
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_STATE_DIR = os.environ.get("DDTREED_STATE_DIR", "/var/lib/ddtreed")
 

@@ -7,17 +7,18 @@ read-only mount or a reviewer's account works; nothing here writes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..records import INCIDENT_STATUSES as STATUSES
 from .common import (CliError, add_config, add_json, add_state_dir, load_config, positive_int, print_json,
                      require_state_dir, state_dir, table)
 
 FOLLOW_POLL_S = 0.5
+# records.INCIDENT_STATUSES (tests/test_incidents_reads.py checks they agree): ddtreed.records
+# builds every record dataclass at import, which the readers here do not need.
+STATUSES = ("open", "resolved", "reverted", "escalated", "prevented", "advised", "observed")
 
 USAGE = ("ddtreed incidents [--state-dir DIR | --config FILE] [--status S[,S…]] [--since WHEN] "
          "[--limit N] [--json] [--follow] [--html DIR]\n"
@@ -59,7 +60,8 @@ def register(commands) -> None:
                         help="keep running: print incidents as they open, recur and end (Ctrl-C stops)")
     parser.add_argument("--html", metavar="DIR",
                         help="write DIR/index.html and one self-contained page per incident")
-    parser.set_defaults(handler=_list)
+    # The readers (the list, `show`) import neither the store nor structlog: they log nothing.
+    parser.set_defaults(handler=_list, configure_logs=False)
     sub = parser.add_subparsers(dest="incidents_command", metavar="show ID", help=argparse.SUPPRESS)
     show = sub.add_parser(
         "show", help="one incident in full", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -79,7 +81,7 @@ def register(commands) -> None:
                       help="machine-readable JSON output")
     show.add_argument("--html", metavar="FILE", default=argparse.SUPPRESS,
                       help="write the incident as one self-contained HTML page (timeline drawn)")
-    show.set_defaults(handler=_show)
+    show.set_defaults(handler=_show, configure_logs=False)
     ack = sub.add_parser(
         "ack", help="a person read these escalated incidents",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -94,7 +96,7 @@ def register(commands) -> None:
                      help="state directory holding incidents.sqlite3 (as for `ddtreed incidents`)")
     ack.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
                      help="ddtreed TOML config whose paths.state_dir to use")
-    ack.set_defaults(handler=_ack)
+    ack.set_defaults(handler=_ack, configure_logs=True)  # it writes, through the store
 
 
 def _statuses(text: str) -> tuple[str, ...]:
@@ -130,17 +132,29 @@ def _directory(args: argparse.Namespace) -> str:
 
 
 def _open(directory: str):
-    from ..incidents import Store, StoreError, database_path
+    """The database read-only through the stdlib reader (`incidents.reads.Reader`); a database of
+    an older schema through the store, which migrates a writable copy as before."""
+    from ..incidents import StoreError, database_path
+    from ..incidents.reads import Reader
 
     path = database_path(directory)
     try:
-        # stdout here is the JSON scripts parse: nothing the library logs may land there.
-        with contextlib.redirect_stdout(sys.stderr):
-            return Store(path, create=False, read_only=True)
+        return Reader(path)
     except StoreError as error:
         if error.reason != "outdated":
             raise CliError(str(error)) from None
-    try:  # an older schema: a writable copy is migrated as before
+    return _open_migrating(path)
+
+
+def _open_migrating(path: Path):
+    import contextlib
+
+    from ..incidents import Store, StoreError
+    from ..ops.logsetup import CURRENT_STDERR, configure
+
+    configure(json_output=False, level="warning", stream=CURRENT_STDERR)  # what the store logs
+    try:
+        # stdout here is the JSON scripts parse: nothing the library logs may land there.
         with contextlib.redirect_stdout(sys.stderr):
             return Store(path, create=False)
     except StoreError as error:
@@ -218,6 +232,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _ack(args: argparse.Namespace) -> int:
+    import contextlib
     import getpass
 
     from ..incidents import Store, StoreError, database_path

@@ -7,13 +7,15 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import sqlite_utils
 
 from .connection import (DEFAULT_BUSY_TIMEOUT_S, StoreError, connect, connect_read_only,
                          prepare_directory, prepare_file, transaction, translate)
 from .migrations import MIGRATIONS, applied, migrate
+
+T = TypeVar("T")
 
 
 class StoreBase:
@@ -73,6 +75,15 @@ class StoreBase:
                     yield self.db
             except (sqlite3.Error, OSError) as error:
                 raise translate(error, self.path, "write", self.busy_timeout_s) from error
+
+    def together(self, write: Callable[[Any], T]) -> T:
+        """`write(store)` as ONE transaction: every write it makes through `store` (this Store)
+        commits at once (one WAL fsync instead of one per write), or none does. For facts that
+        are recorded back to back with nothing done to the host between them (a step and the
+        status it leads to): when this returns, all of them are on disk. Through DurableStore the
+        whole of it is retried (a rolled-back batch is rerun from the start)."""
+        with self.atomic():
+            return write(self)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[sqlite_utils.Database]:

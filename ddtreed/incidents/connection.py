@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import sqlite3
 from pathlib import Path
@@ -13,60 +12,10 @@ import sqlite_utils
 import structlog
 
 from ..sqlite_readonly import open_read_only
+from .errors import StoreError, translate  # noqa: F401 - the store's errors, named here as before
+from .reads import DATABASE_NAME, DEFAULT_BUSY_TIMEOUT_S, database_path  # noqa: F401
 
 log = structlog.get_logger(__name__)
-
-DATABASE_NAME = "incidents.sqlite3"
-DEFAULT_BUSY_TIMEOUT_S = 5.0
-
-# sqlite3 primary result codes (the low byte of an extended code).
-_REASONS = {
-    5: "locked",  # SQLITE_BUSY: another connection holds the write lock past the timeout
-    6: "locked",  # SQLITE_LOCKED
-    8: "readonly",
-    10: "io",
-    11: "corrupt",
-    13: "full",
-    14: "cantopen",
-    26: "corrupt",  # SQLITE_NOTADB
-}
-_RETRYABLE = frozenset({"locked", "full", "io"})
-
-
-class StoreError(RuntimeError):
-    """A database problem as one line; `.reason` says what kind, `.retryable` whether to retry."""
-
-    def __init__(self, message: str, reason: str = "other"):
-        super().__init__(message)
-        self.reason = reason
-
-    @property
-    def retryable(self) -> bool:
-        return self.reason in _RETRYABLE
-
-
-def database_path(state_dir: str | os.PathLike[str]) -> Path:
-    return Path(state_dir) / DATABASE_NAME
-
-
-def translate(error: BaseException, path: Path, action: str, busy_timeout_s: float) -> StoreError:
-    """An sqlite3 or OS error as a StoreError that names the file and what to do."""
-    if isinstance(error, StoreError):
-        return error
-    if isinstance(error, OSError):
-        reason = "full" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "io"
-        return StoreError(f"{path}: cannot {action}: {error.strerror or error}", reason)
-    code = getattr(error, "sqlite_errorcode", None)
-    reason = _REASONS.get(code & 0xFF, "other") if isinstance(code, int) else "other"
-    hints = {
-        "locked": f"database is locked by another connection (waited {busy_timeout_s:g} s); retry later",
-        "full": "disk full; free space in the state directory, then retry",
-        "readonly": "database is read-only (file or directory permissions)",
-        "corrupt": "not a valid ddtreed database (corrupt, or another program's file)",
-        "cantopen": "cannot open the database file",
-    }
-    detail = hints.get(reason, str(error))
-    return StoreError(f"{path}: cannot {action}: {detail}", reason)
 
 
 def prepare_directory(path: Path) -> None:

@@ -25,7 +25,8 @@ RETRY_MAX_S = 30.0
 # Writes whose record belongs to a database that had to be replaced: the incident is gone with the
 # old file; losing one step beats stopping the supervisor.
 _LOSABLE = frozenset({"add_step", "finish", "set_diagnosis", "set_remediation", "mark_application",
-                      "freeze", "set_degraded", "add_accept_sample", "record_canary_run"})
+                      "freeze", "set_degraded", "add_accept_sample", "record_canary_run",
+                      "together"})  # the daemon batches only writes of the above kinds
 
 
 def open_store(path: str | os.PathLike[str]) -> Store:

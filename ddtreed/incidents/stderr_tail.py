@@ -11,7 +11,11 @@ from __future__ import annotations
 import re
 import signal as signals
 from collections import deque
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the readers start fast)
+if TYPE_CHECKING:
+    from typing import Any
 
 TAIL_LINES = 40
 TAIL_BYTES = 8 * 1024

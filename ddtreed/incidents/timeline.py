@@ -7,19 +7,15 @@ import time
 from typing import Any, Mapping, Sequence
 
 from ..records import INCIDENT_STATUSES, Crash, RuleMatch, ServiceContext, Signature
-from . import encode
+from . import encode, reads
 from .base import StoreBase
+from .errors import StoreError
+from .reads import SUMMARY_COLUMNS, application as _application, durations  # noqa: F401 - named here too
+from .reads import with_duration as _with_duration
 
 SOURCES = ("crash", "preflight", "canary")
 # records.STEPS is the vocabulary the daemon writes; other lower-case names are accepted for new stages.
 _STEP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
-_JSON_COLUMNS = {"params": {}, "ranks": [], "tracebacks": [], "context": {}, "remediations": []}
-SUMMARY_COLUMNS = ("id", "source", "service", "category", "rule_id", "title", "fingerprint",
-                   "exception", "message", "status", "remediation_id", "application_id",
-                   "outcome", "started_at", "resolved_at")
-# Restarts that ended in the same crash: one incident with a count, not one per restart.
-_RECURRENCES = ("(SELECT COUNT(*) FROM steps WHERE steps.incident_id = incidents.id "
-                "AND steps.step = 'recurred') AS recurrences")
 
 
 class IncidentsMixin(StoreBase):
@@ -91,19 +87,8 @@ class IncidentsMixin(StoreBase):
     def list_incidents(self, limit: int = 50, status: str | Sequence[str] | None = None,
                        since: float | None = None) -> list[dict[str, Any]]:
         """Summaries, newest first (no tracebacks; `duration_s` while closed; `recurrences`)."""
-        clauses, params = [], []
-        if status:
-            statuses = [status] if isinstance(status, str) else list(status)
-            clauses.append(f"status IN ({', '.join('?' * len(statuses))})")
-            params += statuses
-        if since is not None:
-            clauses.append("started_at >= ?")
-            params.append(float(since))
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = (f"SELECT {', '.join(SUMMARY_COLUMNS)}, {_RECURRENCES} FROM incidents {where} "
-               "ORDER BY started_at DESC, id DESC LIMIT ?")
         with self.reading() as db:
-            return [_with_duration(row) for row in db.query(sql, params + [int(limit)])]
+            return reads.list_incidents(db.conn, limit, status, since)
 
     def find_recent(self, fingerprint: str, since: float | None = None,
                     limit: int = 10) -> list[dict[str, Any]]:
@@ -140,27 +125,10 @@ class IncidentsMixin(StoreBase):
     def get(self, incident_id: int) -> dict[str, Any]:
         """The whole incident: JSON columns decoded, steps, applications, durations."""
         with self.reading() as db:
-            self._require(db, "incident", incident_id)
-            row = dict(db["incidents"].get(incident_id))
-            steps = list(db.query("SELECT step, detail, data, at FROM steps WHERE incident_id = ? "
-                                  "ORDER BY at, id", [incident_id]))
-            applications = list(db.query("SELECT * FROM applications WHERE incident_id = ? "
-                                         "ORDER BY applied_at", [incident_id]))
-            frozen = db.execute("SELECT 1 FROM frozen_signatures WHERE fingerprint = ?",
-                                [row["fingerprint"]]).fetchone() is not None
-        for column, empty in _JSON_COLUMNS.items():
-            row[column] = encode.loads(row[column], empty)
-        for step in steps:
-            step["data"] = encode.loads(step["data"])
-            step["since_detection_s"] = round(step["at"] - row["started_at"], 6)
-        recurred = [s for s in steps if s["step"] == "recurred"]
-        found = [s["data"]["evidence"] for s in steps
-                 if isinstance(s["data"], dict) and s["data"].get("evidence")]
-        row.update(steps=steps, applications=[_application(a) for a in applications],
-                   frozen=frozen, durations=durations(row, steps),
-                   evidence=found[-1] if found else None, recurrences=len(recurred),
-                   last_recurred_at=recurred[-1]["at"] if recurred else None)
-        return _with_duration(row)
+            incident = reads.get_incident(db.conn, incident_id)
+        if incident is None:
+            raise StoreError(f"{self.path}: no incident {incident_id}", "missing")
+        return incident
 
     def prune(self, keep: int = 1000, max_age_s: float | None = None,
               now: float | None = None) -> int:
@@ -216,38 +184,3 @@ def _incident_row(source: str, crashes: tuple[Crash, ...], signature: Signature 
         "tracebacks": encode.dumps(encode.crash_records(crashes)),
         "context": encode.dumps(context if context is not None else {}),
     }
-
-
-def durations(incident: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
-    """detected→diagnosed, diagnosed→applied (first try), restart→healthy (the last try), total."""
-    def first(name: str) -> float | None:
-        return next((s["at"] for s in steps if s["step"] == name), None)
-
-    def span(start: float | None, end: float | None) -> float | None:
-        return None if start is None or end is None else round(end - start, 6)
-
-    healthy = [s["at"] for s in steps if s["step"] == "healthy"]
-    restart = None
-    if healthy:
-        restarts = [s["at"] for s in steps if s["step"] == "restarting" and s["at"] <= healthy[-1]]
-        restart = restarts[-1] if restarts else None
-    return {
-        "detect_to_diagnose_s": span(first("detected"), first("diagnosed")),
-        "diagnose_to_apply_s": span(first("diagnosed"), first("applied")),
-        "restart_to_healthy_s": span(restart, healthy[-1] if healthy else None),
-        "total_s": span(incident["started_at"], incident["resolved_at"]),
-    }
-
-
-def _with_duration(row: Mapping[str, Any]) -> dict[str, Any]:
-    row = dict(row)
-    end = row.get("resolved_at")
-    row["duration_s"] = None if end is None else round(end - row["started_at"], 6)
-    return row
-
-
-def _application(row: Mapping[str, Any]) -> dict[str, Any]:
-    row = dict(row)
-    row["files"] = encode.loads(row["files"], [])
-    row["launch"] = encode.loads(row["launch"])
-    return row

@@ -8,10 +8,13 @@ values indented under their label, then sections. Words for an ended incident sa
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from ..textstyle import as_json, iso, paint, use_colour  # noqa: F401 - the CLI imports them from here
-from .stderr_tail import describe_exit
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the readers start fast)
+if TYPE_CHECKING:
+    from typing import Any
 
 TABLE_HEADERS = ["ID", "STARTED (UTC)", "CATEGORY", "RULE", "STATUS", "SEEN", "REMEDIATION", "DURATION"]
 FRAMES_SHOWN = 8  # the innermost frames say where it broke; the full list is in --json
@@ -145,6 +148,8 @@ def _evidence(record: Mapping[str, Any] | None) -> list[str]:
     """What the service said: its last error line, how it ended, the phase, its stderr tail."""
     if not record:
         return []
+    from .stderr_tail import describe_exit  # here: the list (`ddtreed incidents`) never needs it
+
     lines = []
     if record.get("last_error"):
         lines += field("last error", record["last_error"])

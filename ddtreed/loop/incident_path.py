@@ -193,11 +193,12 @@ def give_up(loop: Loop, incident_id: int | None, reason: str) -> None:
     """The restart budget is spent: the last incident, if still open, is escalated with the reason."""
     if incident_id is None:
         return
-    store = loop.store
-    incident = store.get(incident_id)
-    store.add_step(incident_id, "escalated", f"{reason}; ddtreed stopped restarting the service")
-    if incident["status"] in ("open", "advised"):
-        store.finish(incident_id, "escalated", f"{reason}: needs a person")
+    def record(store) -> None:  # one commit (Store.together): nothing is done to the host between them
+        store.add_step(incident_id, "escalated", f"{reason}; ddtreed stopped restarting the service")
+        if store.get(incident_id)["status"] in ("open", "advised"):
+            store.finish(incident_id, "escalated", f"{reason}: needs a person")
+
+    loop.store.together(record)
 
 
 # A process that died without a Python error (killed, OOM-killed, a dead detokenizer) or a hung
@@ -233,13 +234,18 @@ def record_observed(loop: Loop, crashes: tuple[Crash, ...], diagnosis) -> None:
     if earlier is not None:
         store.add_step(earlier, "observed", detail, {"tracebacks": len(crashes)})
     else:
-        earlier = store.open_incident("crash", crashes, diagnosis.signature, diagnosis.match, loop.context,
-                                      detected_at=min((c.detected_at for c in crashes if c.detected_at), default=None),
-                                      service=service_name(loop))
-        store.add_step(earlier, "diagnosed", diagnosis.match.diagnosis or "no rule matched",
-                       {"rule_id": diagnosis.match.rule_id, "category": diagnosis.match.category})
-        store.add_step(earlier, "observed", detail, {"tracebacks": len(crashes)})
-        store.finish(earlier, "observed", detail)
+        def record(store) -> int:  # one commit (Store.together): the service is left alone
+            opened = store.open_incident("crash", crashes, diagnosis.signature, diagnosis.match, loop.context,
+                                         detected_at=min((c.detected_at for c in crashes if c.detected_at),
+                                                         default=None),
+                                         service=service_name(loop))
+            store.add_step(opened, "diagnosed", diagnosis.match.diagnosis or "no rule matched",
+                           {"rule_id": diagnosis.match.rule_id, "category": diagnosis.match.category})
+            store.add_step(opened, "observed", detail, {"tracebacks": len(crashes)})
+            store.finish(opened, "observed", detail)
+            return opened
+
+        earlier = store.together(record)
     log.warning("traceback_observed", exception=crashes[0].exception, incident_id=earlier,
                 hint="a complete traceback from a live, healthy service: not a crash, nothing restarted")
 
@@ -327,9 +333,12 @@ def relaunch_and_verify(loop: Loop, incident_id: int) -> str:
 
 def escalate(loop: Loop, incident_id: int, fingerprint: str, reason: str, event: str = "escalated") -> str:
     """Nothing left to try: freeze the signature and tell a person (the loop relaunches)."""
-    loop.store.freeze(fingerprint, reason, incident_id)
-    loop.store.add_step(incident_id, "escalated", f"{reason}; auto-remediation frozen for {fingerprint}")
-    loop.store.finish(incident_id, "escalated", reason)
+    def record(store) -> None:  # one commit (Store.together): nothing is done to the host between them
+        store.freeze(fingerprint, reason, incident_id)
+        store.add_step(incident_id, "escalated", f"{reason}; auto-remediation frozen for {fingerprint}")
+        store.finish(incident_id, "escalated", reason)
+
+    loop.store.together(record)
     loop.lifecycle.enter("escalated", f"escalated: needs a person (incident {incident_id})")
     log.error("incident_escalated", reason=reason, hint=f"ddtreed incidents show {incident_id}")
     loop.notify_person(event, incident_id, {"reason": reason})  # "recurrence" when a verified fix failed
@@ -337,8 +346,11 @@ def escalate(loop: Loop, incident_id: int, fingerprint: str, reason: str, event:
 
 
 def not_remediated(loop: Loop, incident_id: int, reason: str, status: str = "open") -> str:
-    loop.store.add_step(incident_id, "not-remediated", reason)
-    loop.store.finish(incident_id, status, reason)
+    def record(store) -> None:  # one commit (Store.together): the step and the status it leads to
+        store.add_step(incident_id, "not-remediated", reason)
+        store.finish(incident_id, status, reason)
+
+    loop.store.together(record)
     return status
 
 

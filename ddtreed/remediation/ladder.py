@@ -9,7 +9,7 @@ moves on to the next remediation: it never ends the daemon.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Protocol
+from typing import Any, Callable, Literal, Protocol, TypeVar
 
 import structlog
 
@@ -19,6 +19,7 @@ from .engine import ApplyError, Engine
 log = structlog.get_logger(__name__)
 
 Outcome = Literal["held", "failed", "applied", "skipped", "apply-failed"]
+T = TypeVar("T")
 
 
 class IncidentLog(Protocol):
@@ -30,6 +31,8 @@ class IncidentLog(Protocol):
                         application_id: str | None = None) -> None: ...
 
     def mark_application(self, application_id: str, status: str) -> None: ...
+
+    def together(self, write: Callable[[Any], T]) -> T: ...  # one transaction (Store.together)
 
 
 @dataclass
@@ -83,16 +86,24 @@ def attempt(remediation_id: str, incident_id: int | None, *, engine: Engine, sto
         log.error("remediation_apply_failed", remediation=remediation_id, error=str(error))
         return Attempt(remediation_id, "apply-failed", str(error))
     if incident_id is not None:
-        store.set_remediation(incident_id, remediation_id, application.application_id)
-    step("applied", application.summary, {"application_id": application.application_id, "diff": plan.diff,
-                                          "files": [vars(change) for change in application.files]})
+        def applied(incidents: IncidentLog) -> None:  # one commit: the change itself is in the engine's journal
+            incidents.set_remediation(incident_id, remediation_id, application.application_id)
+            incidents.add_step(incident_id, "applied", application.summary,
+                               {"application_id": application.application_id, "diff": plan.diff,
+                                "files": [vars(change) for change in application.files]})
+
+        store.together(applied)
     launch.adopt(application.launch)
     if verify is None:
         return Attempt(remediation_id, "applied", plan.reason, application, diff=plan.diff)
     verdict = verify()
     if verdict.ok:
-        store.mark_application(application.application_id, "verified")
-        step("verified", verdict.detail, {"accept_length": verdict.accept_length})
+        def verified(incidents: IncidentLog) -> None:  # one commit: nothing is done to the host between them
+            incidents.mark_application(application.application_id, "verified")
+            if incident_id is not None:
+                incidents.add_step(incident_id, "verified", verdict.detail, {"accept_length": verdict.accept_length})
+
+        store.together(verified)
         return Attempt(remediation_id, "held", verdict.detail, application, verdict, plan.diff)
     if before_revert is not None:
         before_revert()
