@@ -55,7 +55,12 @@ FRAME_FAMILIES: dict[str, str] = {
                    r"|communicator|:init_distributed_environment$|:initialize_model_parallel$|c10d",
     "kernel-jit": r"^triton/|/triton/|torch/_inductor/|torch/_dynamo/|tvm_ffi|flashinfer/jit|sgl_kernel/"
                   r"|jit_kernel|cpp_extension\.py:|:_jit_compile$|ptxas",
-    "server-args": r"server_args\.py:",
+    "server-args": r"server_args\.py:|sglang/srt/arg_groups/",
+    # Reading the checkpoint's config.json, tokenizer or processor (SGLang's configs/ and its
+    # transformers helpers, transformers' own from_pretrained paths).
+    "model-config": r"sglang/srt/configs/|sglang/srt/(?:utils/)?hf_transformers_utils\.py:|sglang/srt/utils/hf_transformers/"
+                    r"|transformers/models/auto/\w+_auto\.py:from_pretrained$|transformers/(?:configuration_utils"
+                    r"|tokenization_utils_base|processing_utils|image_processing_base)\.py:\w*(?:from_pretrained|get_config_dict|dict_from_json_file)",
     "warm-up": r"http_server\.py:_wait_and_warmup$|:_execute_server_warmup$|^requests/|^urllib3/",
     "scheduler": r"managers/scheduler\.py:",
     "import": r"$^",  # set from the innermost frames (gather): a module-level import failed
@@ -156,6 +161,7 @@ FAMILY_CATEGORIES: dict[str, tuple[str, ...]] = {
     "frames:distributed": ("nccl-error",),
     "frames:kernel-jit": ("kernel-compile-error",),
     "frames:server-args": ("unsupported-config",),
+    "frames:model-config": ("model-load-error",),
     "frames:import": ("missing-dependency", "kernel-compile-error"),
     "exception:oom": ("cuda-oom", "kv-pool-too-small"),
     "exception:comm": ("nccl-error",),
