@@ -155,6 +155,84 @@ PHRASINGS = [
  ("port-in-use", "RuntimeError: Failed to start the metrics server: port 30001 already in use"),
 ]
 
+LOAD = MR + ["sglang/srt/model_executor/model_runner.py:load_model", "sglang/srt/model_loader/loader.py:load_model"]
+LW = LOAD + ["sglang/srt/models/qwen3.py:load_weights"]
+ARGS = ["sglang/launch_server.py:<module>", "sglang/srt/server_args.py:prepare_server_args", "sglang/srt/server_args.py:from_cli_args", "sglang/srt/server_args.py:__post_init__"]
+CFG = SCHED + ["sglang/srt/configs/model_config.py:from_server_args", "sglang/srt/configs/model_config.py:__init__"]
+TOK = ["sglang/srt/managers/tokenizer_manager.py:__init__", "sglang/srt/utils/hf_transformers_utils.py:get_tokenizer"]
+DIST = MR + ["sglang/srt/model_executor/model_runner.py:init_torch_distributed", "sglang/srt/distributed/parallel_state.py:init_distributed_environment", "torch/distributed/distributed_c10d.py:init_process_group"]
+# Written from SGLang 0.5.16's own raise sites (model_loader/, layers/quantization/, configs/,
+# utils/hf_transformers/, server_args.py and arg_groups/, distributed/) and torch's c10d/elastic
+# wordings, with near misses that must keep their category.
+PHRASINGS += [
+ # Refusals SGLang's loader and quantization code raise while the model loads (model_loader/loader.py,
+ # layers/quantization/*): the options are refused, not the checkpoint. The loader's catch-all must not take them.
+ ("unsupported-config", tb(LOAD+["sglang/srt/model_loader/loader.py:_get_quantization_config"], "ValueError: The quantization method fp8 is not supported for the current GPU. Minimum capability: 89. Current capability: 86.")),
+ ("unsupported-config", tb(LOAD+["sglang/srt/model_loader/loader.py:_get_quantization_config"], "ValueError: torch.bfloat16 is not supported for quantization method awq. Supported dtypes: [torch.float16]")),
+ ("unsupported-config", tb(LOAD+["sglang/srt/model_loader/loader.py:_load_weights"], "ValueError: Prequant BitsAndBytes models with TP is not supported.Please try with PP.")),
+ ("unsupported-config", tb(LOAD+["sglang/srt/model_loader/loader.py:_load_weights"], "AttributeError: Model Qwen3ForCausalLM does not support BitsAndBytes quantization yet.")),
+ ("unsupported-config", tb(LOAD+["sglang/srt/model_loader/loader.py:_initialize_model","sglang/srt/models/llama.py:__init__","sglang/srt/layers/quantization/fp8.py:create_weights"], "ValueError: Weight output_partition_size = 576 is not divisible by weight quantization block_n = 128.")),
+ ("unsupported-config", tb(LOAD+["sglang/srt/model_loader/loader.py:_initialize_model","sglang/srt/models/deepseek_v2.py:__init__","sglang/srt/layers/quantization/fp8.py:__init__"], "AssertionError: cutlass_fp8 MoE requires SM90, SM100, or SM120 GPUs")),
+ ("unsupported-config", tb(LOAD+["sglang/srt/model_loader/loader.py:_initialize_model","sglang/srt/layers/quantization/mxfp4.py:apply"], "AssertionError: Expert parallel is not supported when using triton kernels")),
+ ("unsupported-config", tb(LOAD+["sglang/srt/model_loader/loader.py:_initialize_model","sglang/srt/layers/quantization/compressed_tensors/compressed_tensors.py:get_moe_scheme"], "NotImplementedError: The W8A8Int8 Fused MoE scheme is implemented only for NPU for now.")),
+ ("unsupported-config", tb(LOAD+["sglang/srt/model_loader/loader.py:_initialize_model","sglang/srt/layers/quantization/w8a8_int8.py:process_weights_after_loading"], "AssertionError: W8A8Int8LinearMethod on CPU only works on AMX or Arm64")),
+ ("unsupported-config", tb(LOAD+["sglang/srt/model_loader/loader.py:_initialize_model","sglang/srt/layers/quantization/fp8.py:apply"], "NotImplementedError: Unsupported runner backend: flashinfer_cutedsl")),
+ # ...and the near misses: an architecture this SGLang lacks is a model-load error, even worded "not supported"
+ ("model-load-error", tb(LOAD+["sglang/srt/model_loader/loader.py:_initialize_model","sglang/srt/model_loader/utils.py:get_model_architecture"], "ValueError: Model architectures ['Glm4vMoeForConditionalGeneration'] are not supported for now. Supported architectures: dict_keys(['LlamaForCausalLM'])")),
+ ("model-load-error", tb(LOAD+["sglang/srt/model_loader/utils.py:resolve_transformers_arch"], "ValueError: Qwen3NextForCausalLM has no SGlang implementation and the Transformers implementation is not compatible with SGLang.")),
+ ("model-load-error", tb(LW, "KeyError: 'model.layers.0.mlp.experts.w13_weight_scale'")),
+ # ...and a package the loader asks for is a missing dependency, not a broken checkpoint
+ ("missing-dependency", tb(LOAD+["sglang/srt/model_loader/loader.py:_get_gguf_weights_map"], "ImportError: Please install gguf via `pip install gguf` to use gguf quantizer.")),
+ ("missing-dependency", tb(LOAD+["sglang/srt/model_loader/loader.py:_initialize_model","sglang/srt/layers/quantization/mxfp4.py:dequant_mxfp4"], "ImportError: The package `amd-quark` is required to use MX-FP4 models. Please install it with `pip install amd-quark`.")),
+ ("missing-dependency", tb(TOK+["sglang/srt/utils/hf_transformers/tokenizer.py:_ensure_fastokens_patched"], "ImportError: The fastokens package is required when --tokenizer-backend=fastokens. Install it with: pip install 'sglang[fastokens]'")),
+ # bare asserts: where they were raised decides
+ ("unsupported-config", tb(ARGS+["sglang/srt/server_args.py:_handle_data_parallelism"], "AssertionError")),
+ ("unsupported-config", tb(ARGS+["sglang/srt/arg_groups/speculative_hook.py:handle_speculative_decoding","sglang/srt/arg_groups/speculative_hook.py:_handle_eagle_family"], "AssertionError")),
+ ("model-load-error", tb(LW+["sglang/srt/layers/linear.py:weight_loader"], "AssertionError")),
+ ("model-load-error", tb(LOAD+["sglang/srt/model_loader/weight_utils.py:default_weight_loader"], "AssertionError")),
+ ("other", tb(FWD+["sglang/srt/managers/schedule_batch.py:prepare_for_extend"], "AssertionError")),
+ # SGLang's argument hooks moved to arg_groups/: a refusal there is still an argument check, even with server_args.py trimmed
+ ("unsupported-config", tb(["sglang/srt/arg_groups/speculative_hook.py:_handle_dspark"], "ValueError: DSpark speculative_num_draft_tokens must be >= 2 (= gamma + 1), got 1.")),
+ ("unsupported-config", tb(["sglang/srt/arg_groups/overrides.py:_moe_runner_backend_quant_constraints"], "ValueError: --quantization nvfp4_online is supported only on NVIDIA Blackwell SM100/SM103 GPUs.")),
+ ("other", tb(ARGS+["sglang/srt/arg_groups/overrides.py:run_post_process_pass"], "TypeError: post-process pass _deepseek_family_overrides must return a dict, got NoneType")),
+ # other refusal wordings of the attention/parallel code
+ ("unsupported-config", tb(MR+["sglang/srt/model_executor/model_runner.py:init_attention_backend","sglang/srt/layers/attention/attention_registry.py:create_trtllm_mla_backend"], "ValueError: trtllm_mla backend can only be used with MLA models.")),
+ ("unsupported-config", tb(MR+["sglang/srt/layers/attention/vision.py:__init__"], "Exception: VisionFlash3Attention is only available for cuda or musa")),
+ ("unsupported-config", tb(FWD+["sglang/srt/layers/attention/flashattention_backend.py:_init_sliding_window_attn_spec_metadata"], "AssertionError: FlashAttention backend doesn't support topk > 1 speculative decoding with sliding window attention")),
+ ("unsupported-config", tb(MR+["sglang/srt/distributed/parallel_state.py:initialize_model_parallel"], "RuntimeError: world_size (8) is not equal to tensor_model_parallel_size (4) x pipeline_model_parallel_size (1)")),
+ ("unsupported-config", tb(MR+["sglang/srt/model_executor/pool_configurator.py:calculate_pool_sizes"], "AssertionError: page_size must be multiple of 128 for compressed attention")),
+ # the checkpoint's config/tokenizer/processor not readable (configs/, hf_transformers utils, transformers' from_pretrained)
+ ("model-load-error", tb(CFG+["sglang/srt/configs/model_config.py:get_total_num_kv_heads"], "RuntimeError: Couldn't determine number of kv heads")),
+ ("model-load-error", tb(CFG+["sglang/srt/configs/model_config.py:_get_and_verify_dtype"], "ValueError: Unknown dtype: float8_e4m3")),
+ ("model-load-error", tb(CFG+["sglang/srt/utils/hf_transformers_utils.py:get_config","transformers/models/auto/configuration_auto.py:from_pretrained","transformers/configuration_utils.py:get_config_dict","transformers/configuration_utils.py:_get_config_dict","transformers/configuration_utils.py:_dict_from_json_file","json/decoder.py:raw_decode"], "json.decoder.JSONDecodeError: Expecting ',' delimiter: line 20 column 5 (char 512)")),
+ ("model-load-error", tb(TOK+["transformers/models/auto/tokenization_auto.py:from_pretrained","transformers/tokenization_utils_base.py:_from_pretrained","tokenizers/__init__.py:from_file"], "Exception: data did not match any variant of untagged enum ModelWrapper at line 757443 column 3")),
+ ("model-load-error", tb(["sglang/srt/managers/tokenizer_manager.py:__init__","sglang/srt/utils/hf_transformers_utils.py:get_processor","sglang/srt/utils/hf_transformers/processor.py:_build_processor_manually"], "ValueError: Cannot determine processor class for /models/x")),
+ ("model-load-error", tb(CFG+["sglang/srt/utils/hf_transformers_utils.py:get_config","transformers/models/auto/configuration_auto.py:from_pretrained"], "OSError: Incorrect path_or_model_id: '/models/x'. Please provide either the path to a local folder or the repo_id of a model on the Hub.")),
+ # ...near misses: a refused option, a missing package, a Python bug in the same code keep their categories
+ ("unsupported-config", tb(CFG+["sglang/srt/configs/model_config.py:_verify_quantization"], "ValueError: Quantization method specified in the model config (fp8) does not match the quantization method specified in the `quantization` argument (awq).")),
+ ("missing-dependency", tb(TOK+["transformers/models/auto/tokenization_auto.py:from_pretrained","transformers/tokenization_utils_base.py:_from_pretrained"], "ModuleNotFoundError: No module named 'tiktoken'")),
+ ("other", tb(CFG+["sglang/srt/configs/deepseek_ocr.py:get_image_size"], "TypeError: Unsupported image type: <class 'list'>")),
+ # communication exception types: the type is the evidence (torch.distributed, elastic)
+ ("nccl-error", "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"),
+ ("nccl-error", "RendezvousTimeoutError"),
+ ("nccl-error", tb(["torch/distributed/elastic/agent/server/api.py:run","torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:next_rendezvous"], "torch.distributed.elastic.rendezvous.api.RendezvousClosedError")),
+ ("nccl-error", tb(DIST+["torch/distributed/rendezvous.py:_create_c10d_store"], "torch.distributed.DistNetworkError: The client socket has failed to connect to [node-1]:5000 (errno: 110 - Connection timed out).")),
+ ("nccl-error", tb(DIST, "torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 7/8 clients joined.")),
+ ("nccl-error", tb(FWD+["torch/distributed/distributed_c10d.py:all_reduce"], "torch.distributed.DistBackendError: [c10d] recvValue failed on SocketImpl(fd=5, addr=[::1]:4000, remote=[::1]:29500): Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?")),
+ ("nccl-error", "[E1201 10:00:00 TCPStore.cpp:1050] [c10d] TCP client failed to connect/validate to host 10.0.0.1:29500 - timed out (try=0, timeout=600000ms): The client socket has timed out after 600000ms while trying to connect to (10.0.0.1, 29500)."),
+ ("nccl-error", tb(FWD+["torch/distributed/distributed_c10d.py:all_reduce"], "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, internal error - please report this issue to the NCCL developers, NCCL version 2.21.5\nncclInternalError: Internal check failed.\nLast error:\nMessage truncated : received 4096 bytes instead of 256")),
+ ("nccl-error", "node1:1234:5678 [3] transport/net_ib.cc:2000 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1234> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.0.0.1 remoteGid ::ffff:10.0.0.2 hca mlx5_0"),
+ ("nccl-error", "[2026-01-01 10:00:00 TP0] Init torch distributed begin.\nnode1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.1.1.1<38017> failed : Software caused connection abort\n[2026-01-01 10:05:00] Rank 0 scheduler died during initialization (exit code: -6). If exit code is -9 (SIGKILL), a common cause is the OS OOM killer."),
+ # ...near misses: a CUDA error a collective or its watchdog reports is that CUDA error
+ ("illegal-memory-access", "[rank0]:[E1201 10:00:00.000 ProcessGroupNCCL.cpp:1944] [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered"),
+ ("illegal-memory-access", tb(FWD+["torch/distributed/distributed_c10d.py:all_reduce"], "torch.distributed.DistBackendError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously reported at some other API call")),
+ ("other", "[2026-01-01 10:00:00 TP0] Load weight end. mem usage=15.3 GB\n[2026-01-01 10:05:00] Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), a common cause is the OS OOM killer."),
+ # frameless plain errors: other, but never over what the words say
+ ("other", "KeyError: 'req-7f3a'"),
+ ("other", "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"),
+ ("model-load-error", "ValueError: The checkpoint you are trying to load has model type `glm5_next` but Transformers does not recognize this architecture."),
+ ("cuda-oom", "RuntimeError: CUDA error: out of memory"),
+]
 
 # Known limits: phrasings that still miss (kept out of the gate, listed so they are not forgotten).
 LIMITS: set[str] = set()

@@ -123,7 +123,9 @@ MESSAGE_FAMILIES: dict[str, str] = {
                        r"|is installed with version \S+, which is less than the minimum required"
                        r"|(?:minimum|min) required version"
                        r"|PackageNotFoundError|distribution was not found and is required"
-                       r"|[Pp]lease install \w|requires the \w+ (?:package|library)|\bpip3? install [\w\[-]"),
+                       r"|[Pp]lease install \w|requires the \w+ (?:package|library)|\bpip3? install ['\"`]?[\w\[-]"
+                       r"|(?:package|library|module) [`'\"]?[\w.-]+[`'\"]? is required"
+                       r"|[`'\"]?[\w.-]+[`'\"]? (?:package|library|module) is required"),
     "port-in-use": r"[Aa]ddress (?:already )?in use|Errno 98|errno: 98|EADDRINUSE|[Pp]ort \d+ is (?:already )?(?:in use|occupied)"
                    r"|attempting to bind on address|Only one usage of each socket address|WinError 10048",
     "fatal-signal": r"Segmentation fault|SIGSEGV|SIGABRT|SIGBUS|SIGILL|SIGFPE|Fatal Python error|core dumped"
