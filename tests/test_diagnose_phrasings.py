@@ -233,6 +233,30 @@ PHRASINGS += [
  ("model-load-error", "ValueError: The checkpoint you are trying to load has model type `glm5_next` but Transformers does not recognize this architecture."),
  ("cuda-oom", "RuntimeError: CUDA error: out of memory"),
 ]
+HF = CFG + ["sglang/srt/utils/hf_transformers_utils.py:get_config","transformers/models/auto/configuration_auto.py:from_pretrained","transformers/configuration_utils.py:get_config_dict","transformers/configuration_utils.py:_get_config_dict"]
+PHRASINGS += [
+ # model loading through the hub, transformers and tokenizers (their own wordings)
+ ("model-load-error", tb(HF+["transformers/utils/hub.py:cached_file"], "PermissionError: [Errno 13] Permission denied: '/models/x/config.json'")),
+ ("model-load-error", tb(LOAD+["sglang/srt/model_loader/weight_utils.py:download_weights_from_hf","huggingface_hub/_snapshot_download.py:snapshot_download"], "OSError: [Errno 28] No space left on device")),
+ ("model-load-error", tb(HF+["transformers/utils/hub.py:cached_file"], "OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the cached files and it looks like Qwen/Qwen3-8B is not the path to a directory containing a file named config.json.")),
+ ("model-load-error", tb(HF+["huggingface_hub/utils/_http.py:hf_raise_for_status"], "huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: https://huggingface.co/api/models/meta-llama/Llama-3-8B")),
+ ("model-load-error", tb(HF+["requests/adapters.py:send"], "requests.exceptions.ConnectionError: (MaxRetryError(\"HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded with url: /Qwen/Qwen3-8B/resolve/main/config.json\"))")),
+ ("model-load-error", tb(TOK+["transformers/models/auto/image_processing_auto.py:from_pretrained"], "ValueError: Unrecognized image processor in /models/x. Should have a `image_processor_type` key in its preprocessor_config.json of config.json")),
+ ("model-load-error", tb(HF, "OSError: It looks like the config file at '/models/x/config.json' is not a valid JSON file.")),
+ ("model-load-error", tb(LOAD+["sglang/srt/model_loader/loader.py:_prepare_weights","huggingface_hub/_snapshot_download.py:snapshot_download"], "OSError: /models/x does not appear to have files named ('model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors'). Checkout 'https://huggingface.co//models/x/tree/main' for available files.")),
+ ("model-load-error", "Exception: data did not match any variant of untagged enum PyPreTokenizerTypeWrapper at line 960 column 3"),
+ ("model-load-error", tb(LOAD+["sglang/srt/model_loader/weight_utils.py:safetensors_weights_iterator","safetensors/torch.py:load_file"], "safetensors_rust.SafetensorError: Error while deserializing header: InvalidHeaderDeserialization")),
+ ("model-load-error", tb(LW, "KeyError: 'model.layers.0.self_attn.q_proj.weight'")),
+ ("model-load-error", "KeyError: 'model.layers.61.mlp.experts.255.down_proj.weight_scale_inv'"),
+ ("model-load-error", tb(LW, "RuntimeError: Error(s) in loading state_dict for ParallelLMHead:\n\tsize mismatch for weight: copying a param with shape torch.Size([151936, 4096]) from checkpoint, the shape in current model is torch.Size([152064, 4096]).")),
+ ("model-load-error", tb(LW+["sglang/srt/layers/linear.py:weight_loader"], "RuntimeError: narrow(): length must be non-negative.")),
+ ("model-load-error", tb(LW+["sglang/srt/layers/moe/fused_moe_triton/layer.py:weight_loader"], "ValueError: expert_id 256 is out of range for 256 experts")),
+ ("model-load-error", tb(LOAD+["sglang/srt/model_loader/loader.py:_initialize_model","sglang/srt/models/qwen3_moe.py:__init__","transformers/configuration_utils.py:__getattribute__"], "AttributeError: 'Qwen3MoeConfig' object has no attribute 'moe_intermediate_size'")),
+ ("model-load-error", tb(MR+["sglang/srt/model_executor/model_runner.py:load_model","sglang/srt/model_loader/loader.py:load_model","sglang/srt/model_loader/loader.py:_initialize_model"], "TypeError: Qwen2ForCausalLM.__init__() got an unexpected keyword argument 'prefix'")),
+ # ...near miss: the server's own warm-up request through requests stays the warm-up's echo
+ ("other", tb(["sglang/srt/entrypoints/http_server.py:_wait_and_warmup","requests/adapters.py:send"], "requests.exceptions.ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=30000): Max retries exceeded with url: /generate (Caused by NewConnectionError('Failed to establish a new connection: [Errno 111] Connection refused'))")),
+ ("model-load-error", tb(MR+["sglang/srt/model_loader/loader.py:load_model","sglang/srt/model_loader/weight_utils.py:download_weights_from_hf","huggingface_hub/_snapshot_download.py:snapshot_download"], "OSError: /models/kimi-k2 does not appear to have a file named config.json. Checkout 'https://huggingface.co//models/kimi-k2/tree/None' for available files.")),
+]
 
 # Known limits: phrasings that still miss (kept out of the gate, listed so they are not forgotten).
 LIMITS: set[str] = set()
