@@ -257,6 +257,26 @@ PHRASINGS += [
  ("other", tb(["sglang/srt/entrypoints/http_server.py:_wait_and_warmup","requests/adapters.py:send"], "requests.exceptions.ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=30000): Max retries exceeded with url: /generate (Caused by NewConnectionError('Failed to establish a new connection: [Errno 111] Connection refused'))")),
  ("model-load-error", tb(MR+["sglang/srt/model_loader/loader.py:load_model","sglang/srt/model_loader/weight_utils.py:download_weights_from_hf","huggingface_hub/_snapshot_download.py:snapshot_download"], "OSError: /models/kimi-k2 does not appear to have a file named config.json. Checkout 'https://huggingface.co//models/kimi-k2/tree/None' for available files.")),
 ]
+AR2 = FWD + ["sglang/srt/distributed/communication_op.py:tensor_model_parallel_all_reduce", "torch/distributed/distributed_c10d.py:all_reduce"]
+PHRASINGS += [
+ # torch's c10d / gloo / elastic and NCCL's own wordings (from torch's sources and the strings of libtorch)
+ ("nccl-error", "[W1201 10:00:00.000000 socket.cpp:663] [c10d] The client socket cannot be initialized to connect to [localhost]:29500 (errno: 97 - Address family not supported by protocol)."),
+ ("nccl-error", "terminate called after throwing an instance of 'c10::DistBackendError'\n  what():  [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with exception: [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600080 milliseconds before timing out."),
+ ("illegal-memory-access", "terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: an illegal memory access was encountered"),
+ ("nccl-error", "[rank0]:[E1201 10:00:00 ProcessGroupNCCL.cpp:1896] [PG ID 0 PG GUID 0(default_pg) Rank 0] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued collectives."),
+ ("nccl-error", tb(AR2, "torch.distributed.DistStoreError: Stop_waiting response is expected")),
+ ("nccl-error", tb(AR2, "RuntimeError: Socket Timeout")),
+ ("nccl-error", tb(DIST, "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:83] ifa != nullptr. Unable to find address for: eth0")),
+ ("nccl-error", tb(AR2, "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3690, remote process exited or there was a network error, NCCL version 2.26.2\nncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\nLast error:\nNET/IB: Got completion from peer 10.0.0.2<54321> with status=12 opcode=0 len=0 vendor err 129 (Recv)")),
+ ("nccl-error", tb(DIST, "torch.distributed.DistNetworkError: Connection reset by peer")),
+ ("illegal-memory-access", tb(FWD+["sglang/srt/layers/moe/token_dispatcher/deepep.py:dispatch","deep_ep/buffer.py:low_latency_dispatch"], "RuntimeError: Failed: CUDA error /sgl-workspace/DeepEP/csrc/kernels/internode_ll.cu:341 'unspecified launch failure'")),
+ ("nccl-error", "/sgl-workspace/nvshmem/src/host/init/init.cu:1001: non-zero status: 7 nvshmem detect topo failed \n/sgl-workspace/nvshmem/src/host/init/init.cu:nvshmemi_check_state_and_init:1080: nvshmem initialization failed, exiting"),
+ ("nccl-error", "WARNING: NVSHMEM_IB_ENABLE_IBGDA is set but IBGDA is not supported\nnvshmem initialization failed, exiting"),
+ ("nccl-error", tb(MR+["sglang/srt/distributed/parallel_state.py:initialize_model_parallel","sglang/srt/distributed/parallel_state.py:init_model_parallel_group","torch/distributed/distributed_c10d.py:new_group"], "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\nncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.\nLast error:\nError: failed to extend /dev/shm/nccl-Kq1bY9 to 9637892 bytes")),
+ ("nccl-error", "ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable MASTER_ADDR expected, but not set"),
+ ("nccl-error", "torch.distributed.elastic.rendezvous.etcd_rendezvous.EtcdRendezvousRetryableFailure: Rendezvous state transition no longer possible. Must re-enter."),
+ ("nccl-error", tb(["torch/distributed/elastic/agent/server/api.py:run","torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:next_rendezvous","torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py:get_state","torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py:_call_store"], "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.")),
+]
 
 # Known limits: phrasings that still miss (kept out of the gate, listed so they are not forgotten).
 LIMITS: set[str] = set()

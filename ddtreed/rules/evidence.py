@@ -70,7 +70,8 @@ EXCEPTION_FAMILIES: dict[str, tuple[str, ...]] = {
     "oom": ("OutOfMemoryError",),
     "comm": ("DistBackendError", "DistNetworkError", "DistError", "DistStoreError", "NCCLError",
              "NcclError", "GlooError", "RendezvousTimeoutError", "RendezvousError", "RendezvousClosedError",
-             "HcclError", "KVTransferError"),
+             "HcclError", "KVTransferError", "RendezvousStateError", "RendezvousConnectionError",
+             "EtcdRendezvousRetryableFailure", "EtcdRendezvousRetryImmediately"),
     "import": ("ImportError", "ModuleNotFoundError"),
     "connection": ("ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "MaxRetryError",
                    "NewConnectionError", "ReadTimeout", "ConnectTimeout", "RemoteDisconnected",
@@ -105,7 +106,7 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"|ProcessGroup|DeepEP|deep_ep|NVSHMEM|nvshmem|Watchdog caught collective|[Hh]eartbeat monitor"
         r"|collective operation|all_?reduce|all_?gather|broadcast (?:failed|timed out)|mooncake|RDMA|ibv_"
         r"|[Ss]ocket (?:timeout|error)|Connection reset by peer|Broken pipe|store_based_barrier"
-        r"|waiting for clients|clients joined|[Ff]ailed to recv|rendezvous|\b[HR]CCL\b|\bhccl|NIXL|\bnixl|\bUCX\b"
+        r"|waiting for clients|clients joined|[Ff]ailed to recv|[Rr]endezvous|(?:MASTER_ADDR|MASTER_PORT) expected|\b[HR]CCL\b|\bhccl|NIXL|\bnixl|\bUCX\b"
         r"|(?i:socket (?:timeout|has timed out|closed))|store->get|Rendezvous\w*Error"),
     "kernel-build": (
         r"ptxas|nvcc|ninja|CompilationError|[Tt]riton (?:Error|compil)|JIT (?:compil|build)"
