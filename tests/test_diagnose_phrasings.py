@@ -277,6 +277,13 @@ PHRASINGS += [
  ("nccl-error", "torch.distributed.elastic.rendezvous.etcd_rendezvous.EtcdRendezvousRetryableFailure: Rendezvous state transition no longer possible. Must re-enter."),
  ("nccl-error", tb(["torch/distributed/elastic/agent/server/api.py:run","torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:next_rendezvous","torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py:get_state","torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py:_call_store"], "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.")),
 ]
+PHRASINGS += [
+ # options refused outside server_args.py: Engine kwargs, SGLANG_* environment flags
+ ("unsupported-config", tb(["myscript.py:<module>","sglang/srt/entrypoints/engine.py:__init__"], "TypeError: ServerArgs.__init__() got an unexpected keyword argument 'enable_dp_attn'")),
+ ("unsupported-config", tb(SCHED+["sglang/srt/environ.py:get","sglang/srt/environ.py:parse"], 'ValueError: "yes please" is not a valid boolean value')),
+ # ...near miss: another class's unexpected keyword is a code mismatch, not an option
+ ("other", tb(FWD+["sglang/srt/function_call/function_call_parser.py:__init__"], "TypeError: Glm45Detector.__init__() got an unexpected keyword argument 'continue_final_message'")),
+]
 
 # Known limits: phrasings that still miss (kept out of the gate, listed so they are not forgotten).
 LIMITS: set[str] = set()
