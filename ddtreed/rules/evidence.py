@@ -194,6 +194,8 @@ _EXCEPTION_INDEX: dict[str, set[str]] = {}
 for _family, _names in EXCEPTION_FAMILIES.items():
     for _name in _names:
         _EXCEPTION_INDEX.setdefault(_name, set()).add(_family)
+# Families a bare death takes from the lines it printed before it died (rules may match them).
+DEATH_LINE_FAMILIES = frozenset({"comm-failure"})
 MESSAGE_SCAN_CHARS = 16_384  # families need the gist, not a 64 KB dump
 
 
@@ -307,6 +309,10 @@ def gather(crash: Crash, errors, frames: Iterable[str]) -> CrashEvidence:
             found = pattern.search(line[:2000])
             if found and name not in ("timeout", "connection"):
                 items.append(Evidence("line", name, _around(line, found.start(), found.end())))
+                if name in DEATH_LINE_FAMILIES and crash.kind in ("child-death", "killed"):
+                    # A process that died without a word of its own: the transport's WARN lines
+                    # it printed just before (NCCL, the c10d store) are all it said.
+                    message_families.add(name)
                 break
     for text in texts:
         for name, pattern in _MESSAGE_PATTERNS.items():
