@@ -284,6 +284,17 @@ PHRASINGS += [
  # ...near miss: another class's unexpected keyword is a code mismatch, not an option
  ("other", tb(FWD+["sglang/srt/function_call/function_call_parser.py:__init__"], "TypeError: Glm45Detector.__init__() got an unexpected keyword argument 'continue_final_message'")),
 ]
+PHRASINGS += [
+ # errors of any library type raised through SGLang code, no family: other (last resort)
+ ("other", tb(["sglang/srt/managers/tokenizer_manager.py:handle_loop","zmq/sugar/socket.py:recv_pyobj"], "zmq.error.ZMQError: Operation cannot be accomplished in current state")),
+ ("other", tb(["sglang/srt/managers/tokenizer_manager.py:handle_loop"], "ConnectionResetError: [Errno 104] Connection reset by peer")),
+ ("other", tb(FWD+["sglang/srt/constrained/outlines_backend.py:init_value_impl","outlines/fsm/guide.py:__init__"], "interegular.patterns.InvalidSyntax: ('Unexpected character', 5)")),
+ ("other", tb(["sglang/srt/managers/detokenizer_manager.py:event_loop","tokenizers/decoders.py:decode"], "OverflowError: out of range integral type conversion attempted")),
+ ("other", "OverflowError: out of range integral type conversion attempted"),
+ ("other", "RuntimeError: Event loop is closed"),
+ # ...near miss: a CUDA fault printed while processing results is that fault
+ ("illegal-memory-access", tb(["sglang/srt/managers/scheduler.py:event_loop_overlap","sglang/srt/managers/scheduler.py:process_batch_result"], "RuntimeError: CUDA error: an illegal memory access was encountered")),
+]
 
 # Known limits: phrasings that still miss (kept out of the gate, listed so they are not forgotten).
 LIMITS: set[str] = set()
