@@ -295,6 +295,15 @@ PHRASINGS += [
  # ...near miss: a CUDA fault printed while processing results is that fault
  ("illegal-memory-access", tb(["sglang/srt/managers/scheduler.py:event_loop_overlap","sglang/srt/managers/scheduler.py:process_batch_result"], "RuntimeError: CUDA error: an illegal memory access was encountered")),
 ]
+PHRASINGS += [
+ # a model constructor (frames trimmed to it) reading a field its config lacks; a dotted name is a weight
+ ("model-load-error", tb(["sglang/srt/models/qwen3_moe.py:__init__","sglang/srt/models/qwen3_moe.py:__init__"], "KeyError: 'rope_theta'")),
+ ("model-load-error", tb(["sglang/srt/models/qwen3.py:load_weights"], "KeyError: 'lm_head.weight'")),
+ ("unsupported-config", tb(["sglang/srt/models/deepseek_v2.py:__init__","sglang/srt/layers/moe/ep_moe/layer.py:__init__"], "AssertionError: num_experts (256) must be divisible by ep_size (3)")),
+ ("model-load-error", tb(MR+["sglang/srt/model_loader/loader.py:load_model"], "ValueError: GGUF model with architecture qwen3moe is not supported yet.")),
+ # ...near miss: a KeyError on a request id in the scheduler is a code bug
+ ("other", tb(FWD+["sglang/srt/managers/scheduler.py:process_batch_result"], "KeyError: 'a1b2c3d4'")),
+]
 
 # Known limits: phrasings that still miss (kept out of the gate, listed so they are not forgotten).
 LIMITS: set[str] = set()
