@@ -312,6 +312,17 @@ PHRASINGS += [
  ("cuda-oom", "[2026-01-01 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n" + tb(["sglang/srt/layers/linear.py:create_weights"], "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.")),
  ("unsupported-config", "[2026-01-01 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n" + tb(["sglang/srt/layers/quantization/fp8.py:create_weights"], "ValueError: Weight output_partition_size = 576 is not divisible by weight quantization block_n = 128.")),
 ]
+PHRASINGS += [
+ # argument checks that name a transport or backend are refusals (server_args.py, arg_groups/, 0.4.x and 0.5.x)
+ ("unsupported-config", tb(ARGS, "AssertionError: DeepEP MoE `auto` mode is not supported with DP Attention.")),
+ ("unsupported-config", tb(ARGS+["sglang/srt/server_args.py:_handle_elastic_ep"], "AssertionError: Elastic EP scale-up requires --moe-a2a-backend nixl (got moe_a2a_backend=deepep).")),
+ ("unsupported-config", tb(ARGS+["sglang/srt/server_args.py:_handle_model_specific_adjustments"], "ValueError: --enable-dsa-cache-layer-split currently only supports the mooncake transfer backend (mooncake / mooncake_tcp)")),
+ ("unsupported-config", tb(ARGS+["sglang/srt/arg_groups/pd_disaggregation_hook.py:handle_pd_disaggregation"], "ValueError: SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', got 'ascend'.")),
+ # ...near misses: a package the check asks for, a port it cannot get, keep theirs
+ ("missing-dependency", tb(ARGS+["sglang/srt/server_args.py:_handle_ssl_validation"], "ValueError: --enable-http2 requires the 'granian' package. Install it with: pip install \"sglang[http2]\"")),
+ ("port-in-use", tb(ARGS+["sglang/srt/server_args.py:_handle_ports"], "ValueError: nccl_port at 31000 is not available in 30 seconds.")),
+ ("nccl-error", tb(FWD+["sglang/srt/layers/moe/token_dispatcher/deepep.py:dispatch"], "RuntimeError: DeepEP error: timeout (dispatch CPU)")),
+]
 
 # Known limits: phrasings that still miss (kept out of the gate, listed so they are not forgotten).
 LIMITS: set[str] = set()
