@@ -323,6 +323,18 @@ PHRASINGS += [
  ("port-in-use", tb(ARGS+["sglang/srt/server_args.py:_handle_ports"], "ValueError: nccl_port at 31000 is not available in 30 seconds.")),
  ("nccl-error", tb(FWD+["sglang/srt/layers/moe/token_dispatcher/deepep.py:dispatch"], "RuntimeError: DeepEP error: timeout (dispatch CPU)")),
 ]
+PHRASINGS += [
+ # a transport named in a refusal is an option it cannot serve (layers/moe, disaggregation/)
+ ("unsupported-config", tb(FWD+["sglang/srt/disaggregation/nixl/conn.py:maybe_send_extra"], "RuntimeError: PD Disaggregation via NIXL does NOT support mamba hybrid models yet.")),
+ ("unsupported-config", tb(FWD+["sglang/srt/layers/moe/ep_moe/layer.py:run_moe_core"], "NotImplementedError: Unquantized DeepEP MoE currently supports low_latency mode only")),
+ ("unsupported-config", tb(MR+["sglang/srt/layers/moe/ep_moe/layer.py:__init__"], "AssertionError: DeepEP normal mode requires deep_gemm")),
+ ("unsupported-config", tb(FWD+["sglang/srt/layers/moe/topk.py:select_experts"], "AssertionError: num_token_non_padded is not yet supported in custom_routing_function")),
+ ("unsupported-config", tb(FWD+["sglang/srt/layers/moe/cutlass_moe.py:cutlass_fused_experts_fp8"], "AssertionError: Only support fp8 blockscale for now")),
+ # ...near misses: a transfer that failed is a communication failure; an errno's "not supported" is not a refusal
+ ("nccl-error", tb(FWD+["sglang/srt/disaggregation/nixl/conn.py:transfer_worker"], "RuntimeError: NIXL transfer encountered ERR room=1234")),
+ ("nccl-error", "WARNING: NVSHMEM_IB_ENABLE_IBGDA is set but IBGDA is not supported\nnvshmem initialization failed, exiting"),
+ ("nccl-error", "[W1201 10:00:00.000000 socket.cpp:663] [c10d] The client socket cannot be initialized to connect to [localhost]:29500 (errno: 97 - Address family not supported by protocol)."),
+]
 
 # Known limits: phrasings that still miss (kept out of the gate, listed so they are not forgotten).
 LIMITS: set[str] = set()
