@@ -335,6 +335,12 @@ PHRASINGS += [
  ("nccl-error", "WARNING: NVSHMEM_IB_ENABLE_IBGDA is set but IBGDA is not supported\nnvshmem initialization failed, exiting"),
  ("nccl-error", "[W1201 10:00:00.000000 socket.cpp:663] [c10d] The client socket cannot be initialized to connect to [localhost]:29500 (errno: 97 - Address family not supported by protocol)."),
 ]
+PHRASINGS += [
+ # SGLang's own port checks (utils/network.py, --strict-ports)
+ ("port-in-use", "ValueError: nccl_port is used by a process already. process.name()='python3' process.cmdline()=['python3', '-m', 'sglang.launch_server']"),
+ ("port-in-use", "RuntimeError: HTTP port 30000 is unavailable and --strict-ports is enabled. Either use a different port or disable --strict-ports."),
+ ("port-in-use", "RuntimeError: Port is already in use. dist_init_port=None port_base=30000 detokenizer_port=30001 nccl_port=30002 scheduler_input_port=30003"),
+]
 
 # Known limits: phrasings that still miss (kept out of the gate, listed so they are not forgotten).
 LIMITS: set[str] = set()
