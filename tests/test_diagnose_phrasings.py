@@ -341,6 +341,14 @@ PHRASINGS += [
  ("port-in-use", "RuntimeError: HTTP port 30000 is unavailable and --strict-ports is enabled. Either use a different port or disable --strict-ports."),
  ("port-in-use", "RuntimeError: Port is already in use. dist_init_port=None port_base=30000 detokenizer_port=30001 nccl_port=30002 scheduler_input_port=30003"),
 ]
+PHRASINGS += [
+ # SGLang's memory-pool checks in their 0.5.16 wordings (mem_cache/, scheduler's idle check, model_runner)
+ ("kv-cache-leak", tb(SCHED+["sglang/srt/managers/scheduler.py:event_loop_normal","sglang/srt/managers/scheduler_runtime_checker_mixin.py:check_memory"], "AssertionError: Full Pool Mem Leak Detected! full_available_size=100, full_evictable_size=0")),
+ ("kv-cache-leak", tb(SCHED+["sglang/srt/managers/scheduler_runtime_checker_mixin.py:check_memory"], "ValueError: req_to_token_pool memory leak detected!available_size=10, total_size=20")),
+ ("kv-pool-too-small", tb(MR+["sglang/srt/model_executor/model_runner.py:init_memory_pool"], "AssertionError: Memory pool size is too small")),
+ ("kv-pool-too-small", tb(FWD+["sglang/srt/managers/schedule_batch.py:retract_decode"], "ValueError: Out of memory even after retracting all other requests in the decode batch. Try setting --max-running-requests lower.")),
+ ("kv-pool-too-small", tb(["sglang/srt/managers/tokenizer_manager.py:_validate_one_request"], "ValueError: Request length is longer than the KV cache pool size or the max context length. Tokens: 300000")),
+]
 
 # Known limits: phrasings that still miss (kept out of the gate, listed so they are not forgotten).
 LIMITS: set[str] = set()
