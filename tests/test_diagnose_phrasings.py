@@ -349,6 +349,14 @@ PHRASINGS += [
  ("kv-pool-too-small", tb(FWD+["sglang/srt/managers/schedule_batch.py:retract_decode"], "ValueError: Out of memory even after retracting all other requests in the decode batch. Try setting --max-running-requests lower.")),
  ("kv-pool-too-small", tb(["sglang/srt/managers/tokenizer_manager.py:_validate_one_request"], "ValueError: Request length is longer than the KV cache pool size or the max context length. Tokens: 300000")),
 ]
+PHRASINGS += [
+ # native deaths in the shell's and launchers' words; a CUDA "illegal instruction" stays a kernel fault
+ ("fatal-signal", "Illegal instruction (core dumped)"),
+ ("fatal-signal", "Aborted (core dumped)"),
+ ("fatal-signal", "corrupted double-linked list\nAborted (core dumped)"),
+ ("fatal-signal", "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGSEGV"),
+ ("illegal-memory-access", tb(FWD, "RuntimeError: CUDA error: an illegal instruction was encountered")),
+]
 
 # Known limits: phrasings that still miss (kept out of the gate, listed so they are not forgotten).
 LIMITS: set[str] = set()
