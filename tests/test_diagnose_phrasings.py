@@ -357,6 +357,10 @@ PHRASINGS += [
  ("fatal-signal", "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGSEGV"),
  ("illegal-memory-access", tb(FWD, "RuntimeError: CUDA error: an illegal instruction was encountered")),
 ]
+PHRASINGS += [
+ # torchrun's failure summary for a worker killed by a signal (torch elastic's ChildFailedError)
+ ("fatal-signal", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n============================================================\nsglang.launch_server FAILED\n------------------------------------------------------------\nRoot Cause (first observed failure):\n[0]:\n  time      : 2026-01-01_10:00:00\n  host      : node1\n  rank      : 0 (local_rank: 0)\n  exitcode  : -11 (pid: 4242)\n  error_file: <N/A>\n  traceback : Signal 11 (SIGSEGV) received by PID 4242"),
+]
 
 # Known limits: phrasings that still miss (kept out of the gate, listed so they are not forgotten).
 LIMITS: set[str] = set()
