@@ -361,6 +361,15 @@ PHRASINGS += [
  # torchrun's failure summary for a worker killed by a signal (torch elastic's ChildFailedError)
  ("fatal-signal", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n============================================================\nsglang.launch_server FAILED\n------------------------------------------------------------\nRoot Cause (first observed failure):\n[0]:\n  time      : 2026-01-01_10:00:00\n  host      : node1\n  rank      : 0 (local_rank: 0)\n  exitcode  : -11 (pid: 4242)\n  error_file: <N/A>\n  traceback : Signal 11 (SIGSEGV) received by PID 4242"),
 ]
+PHRASINGS += [
+ # a kernel library that has no kernel for this GPU, named in the message or on the stack
+ ("kernel-compile-error", "RuntimeError: FlashInfer requires GPUs with sm75 or higher"),
+ ("kernel-compile-error", tb(FWD+["flashinfer/decode.py:run"], "RuntimeError: FlashInfer requires GPUs with sm75 or higher")),
+ ("kernel-compile-error", tb(FWD+["deep_gemm/jit_kernels/impls/smxx_fp8_gemm_1d2d.py:fp8_gemm_nt"], "RuntimeError: Assertion error (csrc/apis/gemm.hpp:40): arch_major == 9 or arch_major == 10")),
+ ("kernel-compile-error", tb(FWD+["triton/runtime/jit.py:run","triton/compiler/compiler.py:compile"], "triton.compiler.errors.CompilationError: at 32:12:\n    acc = tl.dot(a, b)\nAssertionError()")),
+ # ...near miss: SGLang's own quantization check on the GPU, raised while loading, is a refused option
+ ("unsupported-config", tb(MR+["sglang/srt/model_loader/loader.py:load_model","sglang/srt/model_loader/loader.py:_initialize_model","sglang/srt/layers/quantization/fp8.py:__init__"], "AssertionError: cutlass_fp8 MoE requires SM90, SM100, or SM120 GPUs")),
+]
 
 # Known limits: phrasings that still miss (kept out of the gate, listed so they are not forgotten).
 LIMITS: set[str] = set()
