@@ -125,7 +125,8 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
         # line) or knows only by shape: the errors the text quotes may still say what failed.
         # A log the service wrote is mined only when no rule knew its crash at all.
         named = any(diagnosis.match.rule_id for diagnosis in diagnoses)
-        pasted = _from_paste(lines, source, rules, context, assembled=bool(diagnoses) and not named)
+        pasted = _from_paste(lines, source, rules, context, assembled=bool(diagnoses) and not named,
+                             words_over_shape=not named)
         if pasted is not None and (rules.decisive(pasted) or not named and (pasted.match.rule_id or not diagnoses)):
             diagnoses = [pasted] + diagnoses[1:]
         elif named:
@@ -148,8 +149,10 @@ def _announced(lines: list[str], source: str, rules, context, diagnoses: list) -
         "from the error a crash line names inline (its traceback is not in the log)",))] + diagnoses[1:]
 
 
-def _from_paste(lines: list[str], source: str, rules, context, assembled: bool = False):
-    """A report's text with no assembled crash: the errors it quotes, else the text itself."""
+def _from_paste(lines: list[str], source: str, rules, context, assembled: bool = False,
+                words_over_shape: bool = False):
+    """A report's text with no assembled crash: the errors it quotes, else the text itself
+    (also when the quoted errors are known only by shape and `words_over_shape`)."""
     from ..tracebacks.paste import paste_crashes
 
     candidates = paste_crashes(lines, source, force=bool(assembled))
@@ -160,6 +163,12 @@ def _from_paste(lines: list[str], source: str, rules, context, assembled: bool =
     if diagnosis is None or not diagnosis.match.rule_id:
         described = rules.diagnose((whole,), context)
         if described.match.rule_id or diagnosis is None:
+            diagnosis = described
+    elif words_over_shape and not rules.decisive(diagnosis):
+        # A bare quoted `KeyError: …` known only by its shape never hides what the text says
+        # in words a real rule knows.
+        described = rules.diagnose((whole,), context)
+        if rules.decisive(described):
             diagnosis = described
     # Words in a report are weaker evidence than a traceback the service printed.
     note = ("from the errors the text quotes (no traceback assembled)" if diagnosis.crash is not whole

@@ -55,7 +55,12 @@ FRAME_FAMILIES: dict[str, str] = {
                    r"|communicator|:init_distributed_environment$|:initialize_model_parallel$|c10d",
     "kernel-jit": r"^triton/|/triton/|torch/_inductor/|torch/_dynamo/|tvm_ffi|flashinfer/jit|sgl_kernel/"
                   r"|jit_kernel|cpp_extension\.py:|:_jit_compile$|ptxas",
-    "server-args": r"server_args\.py:",
+    "server-args": r"server_args\.py:|sglang/srt/arg_groups/",
+    # Reading the checkpoint's config.json, tokenizer or processor (SGLang's configs/ and its
+    # transformers helpers, transformers' own from_pretrained paths).
+    "model-config": r"sglang/srt/configs/|sglang/srt/(?:utils/)?hf_transformers_utils\.py:|sglang/srt/utils/hf_transformers/"
+                    r"|transformers/models/auto/\w+_auto\.py:from_pretrained$|transformers/(?:configuration_utils"
+                    r"|tokenization_utils_base|processing_utils|image_processing_base)\.py:\w*(?:from_pretrained|get_config_dict|dict_from_json_file)",
     "warm-up": r"http_server\.py:_wait_and_warmup$|:_execute_server_warmup$|^requests/|^urllib3/",
     "scheduler": r"managers/scheduler\.py:",
     "import": r"$^",  # set from the innermost frames (gather): a module-level import failed
@@ -65,7 +70,8 @@ EXCEPTION_FAMILIES: dict[str, tuple[str, ...]] = {
     "oom": ("OutOfMemoryError",),
     "comm": ("DistBackendError", "DistNetworkError", "DistError", "DistStoreError", "NCCLError",
              "NcclError", "GlooError", "RendezvousTimeoutError", "RendezvousError", "RendezvousClosedError",
-             "HcclError", "KVTransferError"),
+             "HcclError", "KVTransferError", "RendezvousStateError", "RendezvousConnectionError",
+             "EtcdRendezvousRetryableFailure", "EtcdRendezvousRetryImmediately"),
     "import": ("ImportError", "ModuleNotFoundError"),
     "connection": ("ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "MaxRetryError",
                    "NewConnectionError", "ReadTimeout", "ConnectTimeout", "RemoteDisconnected",
@@ -100,7 +106,7 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"|ProcessGroup|DeepEP|deep_ep|NVSHMEM|nvshmem|Watchdog caught collective|[Hh]eartbeat monitor"
         r"|collective operation|all_?reduce|all_?gather|broadcast (?:failed|timed out)|mooncake|RDMA|ibv_"
         r"|[Ss]ocket (?:timeout|error)|Connection reset by peer|Broken pipe|store_based_barrier"
-        r"|waiting for clients|clients joined|[Ff]ailed to recv|rendezvous|\b[HR]CCL\b|\bhccl|NIXL|\bnixl|\bUCX\b"
+        r"|waiting for clients|clients joined|[Ff]ailed to recv|[Rr]endezvous|(?:MASTER_ADDR|MASTER_PORT) expected|\b[HR]CCL\b|\bhccl|NIXL|\bnixl|\bUCX\b"
         r"|(?i:socket (?:timeout|has timed out|closed))|store->get|Rendezvous\w*Error"),
     "kernel-build": (
         r"ptxas|nvcc|ninja|CompilationError|[Tt]riton (?:Error|compil)|JIT (?:compil|build)"
@@ -118,7 +124,9 @@ MESSAGE_FAMILIES: dict[str, str] = {
                        r"|is installed with version \S+, which is less than the minimum required"
                        r"|(?:minimum|min) required version"
                        r"|PackageNotFoundError|distribution was not found and is required"
-                       r"|[Pp]lease install \w|requires the \w+ (?:package|library)|\bpip3? install [\w\[-]"),
+                       r"|[Pp]lease install \w|requires the \w+ (?:package|library)|\bpip3? install ['\"`]?[\w\[-]"
+                       r"|(?:package|library|module) [`'\"]?[\w.-]+[`'\"]? is required"
+                       r"|[`'\"]?[\w.-]+[`'\"]? (?:package|library|module) is required"),
     "port-in-use": r"[Aa]ddress (?:already )?in use|Errno 98|errno: 98|EADDRINUSE|[Pp]ort \d+ is (?:already )?(?:in use|occupied)"
                    r"|attempting to bind on address|Only one usage of each socket address|WinError 10048",
     "fatal-signal": r"Segmentation fault|SIGSEGV|SIGABRT|SIGBUS|SIGILL|SIGFPE|Fatal Python error|core dumped"
@@ -156,6 +164,7 @@ FAMILY_CATEGORIES: dict[str, tuple[str, ...]] = {
     "frames:distributed": ("nccl-error",),
     "frames:kernel-jit": ("kernel-compile-error",),
     "frames:server-args": ("unsupported-config",),
+    "frames:model-config": ("model-load-error",),
     "frames:import": ("missing-dependency", "kernel-compile-error"),
     "exception:oom": ("cuda-oom", "kv-pool-too-small"),
     "exception:comm": ("nccl-error",),
@@ -185,6 +194,8 @@ _EXCEPTION_INDEX: dict[str, set[str]] = {}
 for _family, _names in EXCEPTION_FAMILIES.items():
     for _name in _names:
         _EXCEPTION_INDEX.setdefault(_name, set()).add(_family)
+# Families a bare death takes from the lines it printed before it died (rules may match them).
+DEATH_LINE_FAMILIES = frozenset({"comm-failure"})
 MESSAGE_SCAN_CHARS = 16_384  # families need the gist, not a 64 KB dump
 
 
@@ -298,6 +309,10 @@ def gather(crash: Crash, errors, frames: Iterable[str]) -> CrashEvidence:
             found = pattern.search(line[:2000])
             if found and name not in ("timeout", "connection"):
                 items.append(Evidence("line", name, _around(line, found.start(), found.end())))
+                if name in DEATH_LINE_FAMILIES and crash.kind in ("child-death", "killed"):
+                    # A process that died without a word of its own: the transport's WARN lines
+                    # it printed just before (NCCL, the c10d store) are all it said.
+                    message_families.add(name)
                 break
     for text in texts:
         for name, pattern in _MESSAGE_PATTERNS.items():

@@ -24,7 +24,7 @@ from .regex import PatternError, compile_rule_pattern
 
 REQUIRED = ("id", "category", "title", "meaning", "match", "diagnosis")
 OPTIONAL = ("when", "precise", "remediations", "advice", "sglang_versions", "references", "priority")
-MATCH_KEYS = ("kind", "exception", "message", "wrapper", "inner_exception", "inner_message",
+MATCH_KEYS = ("kind", "exception", "message", "message_absent", "wrapper", "inner_exception", "inner_message",
               "prefix", "frames", "frames_absent", "exit_code", "signal", "phase", "frame_family",
               "exception_family", "message_family")
 _ID = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
@@ -332,7 +332,8 @@ def _conditions(match: Any, where: _Where, problems: list[str]) -> tuple[Conditi
         exception_families=families["exception_family"], message_families=families["message_family"],
         kinds=tuple(kinds),
         exceptions=tuple(short_exception(n) for n in reader.names("exception")),
-        messages=tuple(reader.regexes("message")), wrapper=reader.regex("wrapper"),
+        messages=tuple(reader.regexes("message")), messages_absent=tuple(reader.regexes("message_absent")),
+        wrapper=reader.regex("wrapper"),
         inner_exceptions=tuple(short_exception(n) for n in reader.names("inner_exception")),
         inner_message=reader.regex("inner_message"), prefix=reader.regex("prefix"),
         frames=tuple(reader.regexes("frames")), frames_absent=tuple(reader.regexes("frames_absent")),

@@ -70,6 +70,7 @@ class Conditions:
     kinds: tuple[str, ...] = ()
     exceptions: tuple[str, ...] = ()  # short names
     messages: tuple[re.Pattern[str], ...] = ()  # any of them, on the same error as `exceptions`
+    messages_absent: tuple[re.Pattern[str], ...] = ()  # none may match any error of the chain
     wrapper: re.Pattern[str] | None = None
     inner_exceptions: tuple[str, ...] = ()
     inner_message: re.Pattern[str] | None = None
@@ -89,7 +90,8 @@ class Conditions:
         counted = (self.kinds, self.exceptions, self.messages, self.wrapper, self.inner_exceptions,
                    self.inner_message, self.prefix, self.exit_codes, self.signals, self.phases,
                    self.frame_families, self.exception_families, self.message_families)
-        return sum(1 for value in counted if value) + len(self.frames) + len(self.frames_absent)
+        return (sum(1 for value in counted if value) + len(self.frames) + len(self.frames_absent)
+                + len(self.messages_absent))
 
     @property
     def family_only(self) -> bool:
@@ -102,8 +104,8 @@ class Conditions:
         reasons: list[str] = []
         params: dict[str, Any] = {}
         crash = view.crash
-        for check in (self._kind, self._families, self._error, self._wrapper, self._inner, self._prefix,
-                      self._frames, self._exit):
+        for check in (self._kind, self._families, self._error, self._error_absent, self._wrapper, self._inner,
+                      self._prefix, self._frames, self._exit):
             held, reason = check(crash, view, params)
             reasons.append(reason)
             if not held:
@@ -152,6 +154,14 @@ class Conditions:
             shown = " or ".join(f"/{p.pattern}/" for p in self.messages)
             wanted = (wanted + " with " if wanted else "") + f"message {shown}"
         return False, f"no error in the chain {names} has {wanted}"
+
+    def _error_absent(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
+        # A wording that says the rule's reading is wrong (an architecture, not an option).
+        for pattern in self.messages_absent:
+            for error in view.errors:
+                if pattern.search(error.message):
+                    return False, f"{error.role} error {error.exception or '(no type)'} matches excluded /{pattern.pattern}/"
+        return True, ""
 
     def _wrapper(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
         if self.wrapper is None:
