@@ -59,7 +59,10 @@ PHRASINGS = [
     ("illegal-memory-access", tb(SCHED + ["torch_npu/npu/streams.py:synchronize"],
                                  "RuntimeError: ACL stream synchronize failed, error code:507035\nEZ9999: Inner Error!\nEZ9999: The DDR address of the MTE instruction is out of range.[FUNC:PrintCoreErrorInfo]")),
     # npu-operator-kernel-not-loaded
-    ("kernel-compile-error", "RuntimeError: NPU function error: call aclnnCumsum failed, error code is 561103\n[ERROR] PTA call acl api failed.\nEZ9999: Inner Error!\nEZ9999: Parse dynamic kernel config fail.\n        TraceBack (most recent call last):\n       AclOpKernelInit failed opType"),
+    # (the same text pasted without its stack is left to the last-resort rule: the assembler keeps
+    # only the exception's first line there; tests/corpus/dev-unreachable.json says so)
+    ("kernel-compile-error", tb(SCHED + ["sglang/srt/layers/sampler.py:forward"],
+                                "RuntimeError: NPU function error: call aclnnCumsum failed, error code is 561103\n[ERROR] PTA call acl api failed.\nEZ9999: Inner Error!\nEZ9999: Parse dynamic kernel config fail.\n        TraceBack (most recent call last):\n       AclOpKernelInit failed opType")),
     ("kernel-compile-error", tb(INIT + ["sglang/srt/layers/rotary_embedding.py:_compute_cos_sin_cache"],
                                 "RuntimeError: call aclnnArange failed, error code is 561103\nEZ9999: Inner Error!\n       ArangeAiCore ADD_TO_LAUNCHER_LIST_AICORE failed.")),
     # cuda-api-call-invalid-argument
