@@ -83,7 +83,7 @@ class Assembler:
                 return  # the fast path: one pass of the automaton, no per-line work
             first_hit = match.start()
         previous = -1
-        every_line = _level_open(state) or ("ERROR: Traceback" in text or "ERROR:    Traceback" in text)
+        every_line = _level_open(state) or scan.LEVEL_TRACEBACK.search(data) is not None
         for index in (range(len(chunk.lines)) if every_line else scan.candidate_lines(text, data, state, first_hit)):
             if index > previous + 1:
                 self._ordinary(state, chunk.received_at)

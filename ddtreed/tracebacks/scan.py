@@ -59,6 +59,9 @@ def _compile(pattern: bytes):
 
 ANY_NEEDLE = _compile(_alternation(grammar.TAGGED_NEEDLES + IDLE_NEEDLES))
 TAGGED_NEEDLE = _compile(_alternation(grammar.TAGGED_NEEDLES))
+# A logger that puts `ERROR: ` before every line of a traceback: the whole chunk is read line by
+# line (the assembler's `every_line`).
+LEVEL_TRACEBACK = _compile(rb"ERROR: (?:   )?Traceback")
 # The newline before an untagged line (one that does not start with `[` and a digit); an empty
 # or `[` last line has no character after it and is checked apart.
 NEWLINE_BEFORE_UNTAGGED = _compile(rb"\n(?:[^\[]|\[[^0-9])")
