@@ -143,7 +143,8 @@ FRAGMENTS = st.sampled_from([
     "Thread 0x1 (idle): \"MainThread\"", "    run (sglang/srt/managers/scheduler.py:12)",
     "During handling of the above exception, another exception occurred:",
     "\x1b[31mRuntimeError\x1b[0m: coloured", "Load weight begin. avail mem=139.13 GB",
-    "double free or corruption (out)", "ünïcödé line: Error here", DECODE, *CHATTER,
+    "double free or corruption (out)", "ünïcödé line: Error here", "[٣] a non-ASCII digit, Error here",
+    "[²] a superscript two, Error here", "[٣٣٣٣-07-28 10:00:00] Traceback (most recent call last):", DECODE, *CHATTER,
 ])
 
 
@@ -186,3 +187,8 @@ def test_a_traceback_body_is_read_line_by_line_across_chunks():
 def test_untagged_at_reads_a_tag_as_a_bracket_and_a_digit():
     data = b"[2026 a\n[x\n\n[\n[1"
     assert [scan.untagged_at(data, start) for start in (0, 8, 11, 12, 14)] == [False, True, True, True, False]
+    # Python's digits, as the old selection saw them: \\d after the first line, isdigit() on it
+    data = "[٣ a\n[² b\n[٣ c\n[² d".encode()
+    starts = [0] + [i + 1 for i, byte in enumerate(data) if byte == 10]
+    assert [scan.untagged_at(data, start) for start in starts] == [False, True, False, True]
+    assert scan.untagged_at("[² first".encode(), 0) is False

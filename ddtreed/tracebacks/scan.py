@@ -73,8 +73,19 @@ class _Source(Protocol):
 
 
 def untagged_at(data: bytes, start: int) -> bool:
-    """Does the line starting at byte `start` not start like `[2026-…` (a `[` and a digit)?"""
-    return not (data.startswith(b"[", start) and data[start + 1:start + 2].isdigit())
+    """Does the line starting at byte `start` not start like `[2026-…` (a `[` and a digit)?
+
+    A digit as Python's str sees it, as the line selection always did: `str.isdigit()` for the
+    chunk's first line, `\\d` (a decimal digit, `str.isdecimal()`) for the others."""
+    if not data.startswith(b"[", start):
+        return True
+    second = data[start + 1:start + 2]
+    if second.isdigit():
+        return False
+    if not second or second[0] < 0x80:
+        return True
+    char = data[start + 1:start + 5].decode("utf-8", "replace")[:1]  # a non-ASCII character
+    return not (char.isdigit() if start == 0 else char.isdecimal())
 
 
 def encode(text: str) -> bytes:
@@ -99,8 +110,7 @@ def candidate_lines(text: str, data: bytes, state: _Source, first_hit: int = -2)
             start = pos
         else:
             if busy and (untagged == -2 or 0 <= untagged <= pos):
-                match = NEWLINE_BEFORE_UNTAGGED.search(data, pos)
-                untagged = match.start() + 1 if match else (last if last > pos and untagged_at(data, last) else -1)
+                untagged = _next_untagged(data, pos, last)
             while True:  # the first line from pos holding a tagged needle, or an idle one if untagged
                 if needle == -2 or 0 <= needle < pos:
                     match = ANY_NEEDLE.search(data, pos)
@@ -125,3 +135,16 @@ def candidate_lines(text: str, data: bytes, state: _Source, first_hit: int = -2)
         if line_end < 0:
             return
         pos = line_end + 1
+
+
+def _next_untagged(data: bytes, pos: int, last: int) -> int:
+    """The start of the first untagged line after the line start `pos`; -1 when none."""
+    while True:
+        match = NEWLINE_BEFORE_UNTAGGED.search(data, pos)
+        if match is None:
+            # an empty or `[` last line has no character after it for the pattern to see
+            return last if last > pos and untagged_at(data, last) else -1
+        start = match.start() + 1
+        if untagged_at(data, start):
+            return start
+        pos = start  # `[` and a non-ASCII digit: a tagged line after all
