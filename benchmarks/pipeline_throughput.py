@@ -8,6 +8,11 @@ does) that already holds the whole mix: the catch-up of a backlog, which is the 
 case. No process is spawned (nothing else of `start()` is timed). Every crash group `pump` returns
 then goes through `RuleSet.diagnose` (shipped rules, signature inside), timed apart.
 
+Then the same file again through a second `ServiceRun` with the serving watch attached, as
+`Daemon._watch` does once the launch is verified (`health.serving.watch_service`: every chunk also
+goes to `ServingWatch.feed`, which reads each decode line): the daemon's path while it serves,
+`serving_lines_per_s`. The first pass is its path before verification (startup, a backlog).
+
 Baseline in the same process, right after each run: a plain `for line in f` loop (text mode)
 with the same needles (the assembler's `TAGGED_NEEDLES`, the milestone needles, and the untagged
 check `line[0] != "[" or not line[1].isdigit()`). drain3's `TemplateMiner` is a second baseline
@@ -73,8 +78,38 @@ def service_run(directory: Path):
     return run, host, run.supervisor.log_paths + list(config.paths.extra_logs)
 
 
+SERVING_BASELINE = 3.0  # a learned accept length (the mixes' decode lines: 1.0-5.0): collapse checks on
+
+
+def serving_pass(path: str, expected: int) -> tuple[int, float, float]:
+    """The pump over the whole file with the serving watch attached: (lines, wall s, CPU s)."""
+    from ddtreed.clock import SystemClock
+    from ddtreed.health.serving import watch_service
+
+    with tempfile.TemporaryDirectory(prefix="ddtreed-pump-") as directory:
+        directory = Path(directory)
+        run, host, log_paths = service_run(directory)
+        os.makedirs(os.path.dirname(log_paths[0]), exist_ok=True)
+        os.link(path, log_paths[0])
+        for other in log_paths[1:]:
+            Path(other).touch()
+        watch_service(run, run.config.probe, None, baseline=SERVING_BASELINE, clock=SystemClock(),
+                      on_ok=lambda: None)
+        feed = CountingFeed(host.open_follower(log_paths))
+        run.follower = feed
+        started, cpu_started = time.perf_counter(), time.process_time()
+        while feed.lines < expected:
+            run.pump(PUMP_TIMEOUT_S)
+            if time.perf_counter() - started > 600:
+                raise SystemExit(f"serving pass: only {feed.lines} of {expected} lines after 600 s")
+        run.assembler.take(time.time(), final=True)
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+        run.close()
+    return feed.lines, elapsed, cpu
+
+
 def child(mix: str, path: str, expected: int) -> dict:
-    """One run: the pump over the whole file, then the plain loop, in this process."""
+    """One run: the pump over the whole file, the plain loop, then the serving pass, in this process."""
     quiet_logs()
     from ddtreed.paths import shipped
     from ddtreed.rules import load_rules
@@ -116,12 +151,14 @@ def child(mix: str, path: str, expected: int) -> dict:
         milestones = len(run.milestones.milestones)
         run.close()
     plain_lines, plain_s, plain_cpu, plain_hits = plain_loop(path)
+    serving_lines, serving_s, serving_cpu = serving_pass(path, expected)
     pump_s = elapsed - rules_s
     return {"lines": feed.lines, "reads": feed.reads, "seconds": elapsed, "rules_seconds": rules_s,
             "lines_per_s": feed.lines / pump_s, "lines_per_s_with_rules": feed.lines / elapsed,
             "plain_loop_lines_per_s": plain_lines / plain_s, "plain_loop_hits": plain_hits,
             "lines_per_cpu_s": feed.lines / (cpu - rules_cpu),
             "plain_loop_lines_per_cpu_s": plain_lines / plain_cpu,
+            "serving_lines_per_s": serving_lines / serving_s, "serving_lines_per_cpu_s": serving_lines / serving_cpu,
             "groups": groups, "crashes": crashes, "milestones": milestones,
             "rss_mib_start": rss_start, "rss_mib_half": rss_half, "rss_mib_end": _rss_mib()}
 
@@ -185,7 +222,8 @@ def measure_mix(mix: str, lines: int, runs: int, drain3_lines: int, directory: P
     result = {
         "benchmark": "pipeline_throughput", "mix": mix,
         "code_path": "ServiceRun.pump(0.2) (Follower via LocalHost.open_follower, Assembler(eager=True), "
-                     "MilestoneTracker), then RuleSet.diagnose per crash group (timed apart)",
+                     "MilestoneTracker), then RuleSet.diagnose per crash group (timed apart); serving_*: "
+                     "the same pump with the serving watch attached as Daemon._watch does (ServingWatch.feed)",
         "baseline": "plain `for line in f` loop, same needles + untagged check, same process, right after",
         "runs": runs, "lines": first["lines"], "bytes": written.bytes,
         "long_lines": written.long_lines, "untagged_lines": written.untagged,
@@ -196,6 +234,10 @@ def measure_mix(mix: str, lines: int, runs: int, drain3_lines: int, directory: P
         "plain_loop_lines_per_cpu_s": spread([s["plain_loop_lines_per_cpu_s"] for s in samples]),
         "slower_than_plain_loop_cpu_x": spread([s["plain_loop_lines_per_cpu_s"] / s["lines_per_cpu_s"]
                                                 for s in samples], digits=2),
+        "serving_lines_per_s": spread([s["serving_lines_per_s"] for s in samples]),
+        "serving_lines_per_cpu_s": spread([s["serving_lines_per_cpu_s"] for s in samples]),
+        "serving_slower_than_plain_loop_x": spread([s["plain_loop_lines_per_s"] / s["serving_lines_per_s"]
+                                                    for s in samples], digits=2),
         "lines_per_s_with_rules": spread([s["lines_per_s_with_rules"] for s in samples]),
         "rules_seconds": spread([s["rules_seconds"] for s in samples], digits=3),
         "drain3_lines_per_s": round(drain3) if drain3 else None,
@@ -207,7 +249,11 @@ def measure_mix(mix: str, lines: int, runs: int, drain3_lines: int, directory: P
         "load_before": load_before, "load_after": load_info(),
         "goal_lines_per_s": GOALS[mix],
     }
-    result["goal_met"] = rate["median"] >= GOALS[mix] and (mix != "typical" or ratios["median"] <= 3.0)
+    # The daemon spends its life serving: the goal holds only if both paths reach it.
+    serving = result["serving_lines_per_s"]["median"]
+    serving_ratio = result["serving_slower_than_plain_loop_x"]["median"]
+    result["goal_met"] = (min(rate["median"], serving) >= GOALS[mix]
+                          and (mix != "typical" or max(ratios["median"], serving_ratio) <= 3.0))
     return result
 
 

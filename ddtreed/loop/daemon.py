@@ -19,7 +19,6 @@ from ..service.host import Host
 from ..incidents import Retention, Store
 from .incident_path import check_canary, give_up, handle_crash, observed, probe_crash
 from .lifecycle import EXIT_GAVE_UP, EXIT_OK, Lifecycle, SignalQueue, Stopping
-from ..ops.metrics import start_metrics
 from ..ops.notify import IncidentHooks, Notifier
 from .preflight_gate import confirm, run_gate
 from ..records import Application, Crash, ExitStatus, Healthy, ServiceContext, Verdict
@@ -118,8 +117,9 @@ class Daemon:
     def run(self) -> int:
         """Supervise until a stop (exit 0) or until the restart budget is spent (exit 75)."""
         self.notifier.ready(status="ddtreed up; launching the service")  # systemd must not wait for a 10-minute load
-        self.metrics = start_metrics(self.config.metrics.listen,  # the store in use: never retries or sleeps
-                                     lambda: (self.board.current, self.store.current.counts()))
+        if listen := self.config.metrics.listen:  # prometheus_client (~1 MB of RSS) only for an endpoint
+            from ..ops.metrics import start_metrics  # snapshots of the store in use: never retries or sleeps
+            self.metrics = start_metrics(listen, lambda: (self.board.current, self.store.current.counts()))
         recover(self.engine, self.store, self.host, self.config.paths.state_dir, self.previous, self.context.port)
         code = EXIT_GAVE_UP  # unless a stop ends it: the last state says which (stopped / gave-up)
         try:

@@ -18,7 +18,6 @@ import threading
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -378,7 +377,10 @@ class Hooks:
                               started, time.time())
 
     def _post(self, body: bytes) -> tuple[bool, int | None, str | None, str]:
-        # urllib on purpose: a webhook is outside, so the site's proxy settings apply to it.
+        # urllib on purpose: a webhook is outside, so the site's proxy settings apply to it. Imported
+        # here: urllib.request brings http.client and email (~1 MB of RSS) a daemon without webhooks never uses.
+        import urllib.request
+
         call = urllib.request.Request(self.webhook or "", data=body, method="POST", headers={
             "Content-Type": "application/json", "User-Agent": "ddtreed"})
         try:

@@ -1,8 +1,8 @@
 """Streaming assembly of SGLang output into crash groups, with a fast path for ordinary lines.
 
-Most chunks are decode/prefill progress: a rank-tagged line each. One regex finds untagged lines
-and a few substring searches find tagged lines that announce a crash; only those lines (and the
-lines of a traceback in progress) get per-line Python work.
+Most chunks are decode/prefill progress: a rank-tagged line each. One pass of an automaton over
+the chunk (`scan.py`) finds the lines that can announce, continue or explain a crash; only those
+lines (and, while a traceback is in progress, every untagged line) get per-line Python work.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import structlog
 
 from ..records import Crash, LogChunk
-from . import grammar
+from . import grammar, scan
 from .builder import AFTER, CHAIN, FRAMES, HEADER, MESSAGE, PYSPY, Builder
 from .groups import Group
 
@@ -26,15 +26,9 @@ log = structlog.get_logger(__name__)
 MAX_READY_GROUPS = 2
 CONTEXT_LOOKBACK = 8  # lines before a traceback header searched for warnings that explain it
 CONSUMED, FINISH, SKIPPED = "consumed", "finish", "skipped"
-# What an untagged line outside a traceback must hold to have any effect (`_idle_line` and
-# `_idle_native`): a torch rank prefix, a frame, a device assert, a header, a fatal line, argparse's
-# error, a C++ abort, a milestone, or a context word (which every bare `…Error: ` / `…Exception: `
-# line holds too). With no C++ abort waiting for its what() line, a line without any (NCCL INFO
-# chatter, tqdm bars, a warning's second line) costs this one C-level search.
-_IDLE_NEEDLES = ("[rank", 'File "', grammar.DEVICE_ASSERT, grammar.TRACEBACK_HEADER, *grammar.FATAL_NEEDLES,
-                 ": error: ", "terminate called after throwing", *grammar.CONTEXT_WORDS,
-                 *grammar.MILESTONE_NEEDLES)
-_IDLE_GATE = re.compile("|".join(re.escape(needle) for needle in sorted(set(_IDLE_NEEDLES), key=len, reverse=True)))
+# An untagged line outside a traceback without any of these (NCCL INFO chatter, tqdm bars) costs
+# this one search in `_idle_line` (with no C++ abort waiting for its what() line).
+_IDLE_GATE = re.compile("|".join(re.escape(needle) for needle in sorted(set(scan.IDLE_NEEDLES), key=len, reverse=True)))
 
 
 @dataclass
@@ -81,11 +75,16 @@ class Assembler:
             lines = tuple(grammar.strip_ansi(line) for line in chunk.lines)
             text = "\n".join(lines)
             chunk = replace(chunk, lines=lines, text=text if chunk.text is not None else None)
-        if not state.busy and not _may_matter(chunk, text):
-            return  # the fast path: a few C-level scans, no per-line work
+        data = scan.encode(text)
+        first_hit = -2
+        if not state.busy:
+            match = scan.ANY_NEEDLE.search(data)
+            if match is None:
+                return  # the fast path: one pass of the automaton, no per-line work
+            first_hit = match.start()
         previous = -1
-        every_line = _level_open(state) or ("ERROR: Traceback" in text or "ERROR:    Traceback" in text)
-        for index in (range(len(chunk.lines)) if every_line else _interesting_lines(text)):
+        every_line = _level_open(state) or scan.LEVEL_TRACEBACK.search(data) is not None
+        for index in (range(len(chunk.lines)) if every_line else scan.candidate_lines(text, data, state, first_hit)):
             if index > previous + 1:
                 self._ordinary(state, chunk.received_at)
             self._line(state, chunk, index)
@@ -440,44 +439,6 @@ def _source_line(stripped: str) -> bool:
     if stripped in grammar.SOURCE_WORDS or stripped.split(" ", 1)[0] in ("raise", "return", "assert", "await"):
         return True
     return grammar.EXCEPTION.match(stripped) is None
-
-
-def _may_matter(chunk: LogChunk, text: str) -> bool:
-    """False only when no line of the chunk can need per-line work; may say True needlessly."""
-    if chunk.text is not None:
-        # The follower's lines are `text.split("\n")`: every line starts like `[2026-…` exactly
-        # when the smallest and largest of them lie between "[0" and "[:" (C-level compares).
-        lines = chunk.lines
-        if not lines or min(lines) < "[0" or max(lines) >= "[:":
-            return True
-    elif text[:1] != "[" or not text[1:2].isdigit() or grammar.UNTAGGED.search(text):
-        return True
-    return any(sentinel in text and any(needle in text for needle in needles)
-               for sentinel, needles in grammar.NEEDLES_BY_SENTINEL)
-
-
-def _interesting_lines(text: str) -> list[int]:
-    """Indices of untagged lines and of lines holding a needle, ascending, without duplicates."""
-    positions = [match.start() + 1 for match in grammar.UNTAGGED.finditer(text)]
-    if text[:1] != "[" or not text[1:2].isdigit():
-        positions.insert(0, 0)
-    for sentinel, needles in grammar.NEEDLES_BY_SENTINEL:
-        if sentinel not in text:
-            continue
-        for needle in needles:
-            found = text.find(needle)
-            while found >= 0:
-                positions.append(found)
-                found = text.find(needle, found + 1)
-    positions.sort()
-    indices: list[int] = []
-    line, cursor = 0, 0
-    for position in positions:
-        line += text.count("\n", cursor, position)
-        cursor = position
-        if not indices or indices[-1] != line:
-            indices.append(line)
-    return indices
 
 
 def unreverse(lines: list[str]) -> list[str]:

@@ -103,35 +103,20 @@ MILESTONE = re.compile(r"(?:Init torch distributed begin|Load weight (?:begin|en
 MILESTONE_MARK = "last milestone: "
 CONTEXT_WORDS = ("rror", "ailed", "arning", "xception")
 
-# Needles whose presence in a chunk means a tagged line may matter; untagged lines are found
-# separately (`UNTAGGED`). Long needles: CPython's substring search skips faster with them.
-_RARE = "mxzjqvyIKCEFHLMSWX"
+# Needles whose presence in a tagged line (`[2026-… TP3] …`) means it may matter; untagged lines
+# are judged apart (`scan.py`).
 TAGGED_NEEDLES = (
     "Traceback (most recent call last):",  # every traceback header
     "It usually means",  # both SIGQUIT wordings of the main process
     "crashed with exit code",
     "died during initialization (exit code:",
     "atchdog timeout (self.watchdog_timeout=",
-    # Only needles holding a letter progress lines lack: the others ('fallen off the bus', glibc's
-    # 'double free') are printed untagged, and untagged lines always get per-line work.
-    *(needle for needle in FATAL_NEEDLES if any(c in needle for c in _RARE)),
+    # The fatal needles but two that are printed untagged (the kernel's 'fallen off the bus',
+    # glibc's 'double free'), where every fatal needle is looked for.
+    *(needle for needle in FATAL_NEEDLES if needle not in ("double free or corruption", "fallen off the bus")),
     *MILESTONE_NEEDLES,
     "\x1b[",  # a coloured line: stripped before anything else looks at it
 )
-# Letters that decode/prefill progress lines and their `[2026-… DP0 TP3]` prefix never hold: for
-# each needle the first of them it contains (its own first letter failing that). A chunk without
-# any sentinel cannot hold a needle, and one memchr per sentinel is ~30x cheaper than the needles.
-def _sentinel(needle: str) -> str:
-    return next((c for c in _RARE if c in needle), needle[0])
-
-
-NEEDLE_SENTINELS = tuple(sorted({_sentinel(needle) for needle in TAGGED_NEEDLES}))
-# Needles grouped by their sentinel: a chunk without the sentinel skips the group's searches.
-NEEDLES_BY_SENTINEL = tuple((sentinel, tuple(n for n in TAGGED_NEEDLES if _sentinel(n) == sentinel))
-                            for sentinel in NEEDLE_SENTINELS)
-# A line that does not start like `[2026-…`: continuation lines, frames, device asserts, C++
-# aborts, NCCL `[rank3]:` lines, Ray-prefixed lines.
-UNTAGGED = re.compile(r"\n(?!\[\d)")
 
 
 def strip_ansi(text: str) -> str:

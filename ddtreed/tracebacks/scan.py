@@ -1,0 +1,150 @@
+"""Which lines of a chunk can matter, found with one pass of an RE2 automaton over its bytes.
+
+A chunk is ~64 KB of progress lines with, now and then, a line that can open, end or explain a
+crash. Searching each needle with `str.find` costs one pass per needle (~40 of them); one
+alternation of every needle, run by RE2's DFA, costs one pass for all of them.
+
+`candidate_lines(data, state)` yields, in ascending order, the index of every line the assembler
+must look at, asking `state.busy` again before each step (the lines already handed out may have
+opened a traceback):
+
+- a line that holds a *tagged needle* (`grammar.TAGGED_NEEDLES`), tagged or not;
+- while the source is busy (a traceback, a py-spy dump or a C++ abort's `what()` in progress):
+  every untagged line (one that does not start like `[2026-…`): it may be a body line;
+- while it is not busy: the untagged lines that hold an *idle needle* (`IDLE_NEEDLES`). An
+  untagged line without any needle then has no effect at all: `_idle_line` returns at its gate,
+  and a line that turns out tagged behind a container or actor prefix acts only on a tagged
+  needle; and the `_ordinary` calls for the lines skipped are no-ops on a source that is not busy.
+
+So the lines skipped are exactly those the assembler would have looked at without any effect.
+Without RE2 (a declared dependency) Python's `re` runs the same patterns, slower.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator, Protocol
+
+from . import grammar
+
+try:
+    import re2 as _re2
+except ImportError:  # pragma: no cover - google-re2 is a declared dependency
+    _re2 = None
+
+# What an untagged line outside a traceback must hold to have any effect (`Assembler._idle_line`
+# and `_idle_native`): a torch rank prefix, a frame, a device assert, a header, a fatal line,
+# argparse's error, a C++ abort, a milestone, or a context word (which every bare `…Error: ` /
+# `…Exception: ` line holds too).
+IDLE_NEEDLES = ("[rank", 'File "', grammar.DEVICE_ASSERT, grammar.TRACEBACK_HEADER, *grammar.FATAL_NEEDLES,
+                ": error: ", "terminate called after throwing", *grammar.CONTEXT_WORDS,
+                *grammar.MILESTONE_NEEDLES)
+
+
+def _alternation(needles) -> bytes:
+    # Longest first: the same lines are found in any order, this only keeps the pattern stable.
+    return b"|".join(re.escape(needle).encode() for needle in sorted(set(needles), key=lambda n: (-len(n), n)))
+
+
+def _compile(pattern: bytes):
+    """Latin-1: every byte is one character, so an ASCII needle matches the same bytes whatever
+    surrounds it (the text is UTF-8, possibly with surrogates passed through)."""
+    if _re2 is None:  # pragma: no cover
+        return re.compile(pattern, re.DOTALL)
+    options = _re2.Options()
+    options.encoding = _re2.Options.Encoding.LATIN1
+    options.dot_nl = True
+    return _re2.compile(pattern, options)
+
+
+ANY_NEEDLE = _compile(_alternation(grammar.TAGGED_NEEDLES + IDLE_NEEDLES))
+TAGGED_NEEDLE = _compile(_alternation(grammar.TAGGED_NEEDLES))
+# A logger that puts `ERROR: ` before every line of a traceback: the whole chunk is read line by
+# line (the assembler's `every_line`).
+LEVEL_TRACEBACK = _compile(rb"ERROR: (?:   )?Traceback")
+# The newline before an untagged line (one that does not start with `[` and a digit); an empty
+# or `[` last line has no character after it and is checked apart.
+NEWLINE_BEFORE_UNTAGGED = _compile(rb"\n(?:[^\[]|\[[^0-9])")
+
+
+class _Source(Protocol):
+    @property
+    def busy(self) -> bool: ...
+
+
+def untagged_at(data: bytes, start: int) -> bool:
+    """Does the line starting at byte `start` not start like `[2026-…` (a `[` and a digit)?
+
+    A digit as Python's str sees it, as the line selection always did: `str.isdigit()` for the
+    chunk's first line, `\\d` (a decimal digit, `str.isdecimal()`) for the others."""
+    if not data.startswith(b"[", start):
+        return True
+    second = data[start + 1:start + 2]
+    if second.isdigit():
+        return False
+    if not second or second[0] < 0x80:
+        return True
+    char = data[start + 1:start + 5].decode("utf-8", "replace")[:1]  # a non-ASCII character
+    return not (char.isdigit() if start == 0 else char.isdecimal())
+
+
+def encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def candidate_lines(text: str, data: bytes, state: _Source, first_hit: int = -2) -> Iterator[int]:
+    """Indices of the lines of `text` (the chunk's lines joined by `\\n`; `data` is it encoded)
+    that can matter, ascending; `state.busy` is read before each step. `first_hit`: where
+    ANY_NEEDLE first matches in `data`, when the caller searched already (-1: nowhere)."""
+    # Byte offsets are str offsets in ASCII text, where str.count is the faster count.
+    ascii = text.isascii()
+    end = len(data)
+    last = data.rfind(b"\n") + 1  # where the last line starts
+    needle = first_hit  # next ANY_NEEDLE match at or after `pos`; -1 none left, -2 not searched
+    untagged = -2  # next untagged line start after `pos`; the same codes
+    pos = counted = index = 0  # pos: a line start; index: the index of the line at `counted`
+    while pos <= end:
+        start = -1
+        busy = state.busy
+        if busy and untagged_at(data, pos):
+            start = pos
+        else:
+            if busy and (untagged == -2 or 0 <= untagged <= pos):
+                untagged = _next_untagged(data, pos, last)
+            while True:  # the first line from pos holding a tagged needle, or an idle one if untagged
+                if needle == -2 or 0 <= needle < pos:
+                    match = ANY_NEEDLE.search(data, pos)
+                    needle = match.start() if match else -1
+                if needle < 0 or (busy and 0 <= untagged <= needle):
+                    break
+                line_start = data.rfind(b"\n", pos, needle) + 1 or pos
+                line_end = data.find(b"\n", needle)
+                line_end = end if line_end < 0 else line_end
+                if (not busy and untagged_at(data, line_start)) or TAGGED_NEEDLE.search(data, needle, line_end):
+                    start = line_start
+                    break
+                pos = line_end + 1  # a tagged line with idle needles only: nothing for it
+            if busy and untagged >= 0 and (start < 0 or untagged < start):
+                start = untagged
+        if start < 0:
+            return
+        index += text.count("\n", counted, start) if ascii else data.count(b"\n", counted, start)
+        counted = start
+        yield index
+        line_end = data.find(b"\n", start)
+        if line_end < 0:
+            return
+        pos = line_end + 1
+
+
+def _next_untagged(data: bytes, pos: int, last: int) -> int:
+    """The start of the first untagged line after the line start `pos`; -1 when none."""
+    while True:
+        match = NEWLINE_BEFORE_UNTAGGED.search(data, pos)
+        if match is None:
+            # an empty or `[` last line has no character after it for the pattern to see
+            return last if last > pos and untagged_at(data, last) else -1
+        start = match.start() + 1
+        if untagged_at(data, start):
+            return start
+        pos = start  # `[` and a non-ASCII digit: a tagged line after all
