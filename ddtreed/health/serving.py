@@ -77,6 +77,34 @@ def parse_decode_line(line: str) -> DecodeStats | None:
         rank=rank.group(1).strip() if rank else None)
 
 
+def decode_fields(line: str) -> tuple[float | None, bool | None]:
+    """`accept len` and `cuda graph` of a decode line, exactly as `parse_decode_line` reads them
+    (a field is `, key: value` up to the next comma), found with two `str.find`s."""
+    body = line.find("Decode batch, ")
+    if body < 0:
+        return None, None
+    start = body + len("Decode batch, ")
+    accept = _field(line, start, "accept len")
+    graph = _field(line, start, "cuda graph")
+    return _float(accept), None if graph is None else graph == "True"
+
+
+def _field(line: str, start: int, key: str) -> str | None:
+    """The value of `key` in the decode body from `start`: its last occurrence after ", " (a later
+    field wins, as in the full parse's dict), else the first field."""
+    at = line.rfind(", " + key + ": ", start)
+    if at >= 0:
+        at += 2
+    elif line.startswith(key + ": ", start):
+        at = start
+    else:
+        return None
+    value_at = at + len(key) + 2
+    end = line.find(",", value_at)
+    value = (line[value_at:] if end < 0 else line[value_at:end]).strip()
+    return value or None
+
+
 def _int(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
@@ -157,29 +185,42 @@ class ServingWatch:
         self._reported: set[str] = set()
         self._probe: threading.Thread | None = None
         self._result: HealthResult | None = None
-        self.last_decode: DecodeStats | None = None
+        self._last_line: str | None = None
         self.decode_accept: float | None = None  # the latest decode line's accept length
 
+    @property
+    def last_decode(self) -> DecodeStats | None:
+        """Every field of the latest decode line, parsed when asked (the watch itself needs two)."""
+        return parse_decode_line(self._last_line) if self._last_line is not None else None
+
     def feed(self, chunk: LogChunk) -> list[ServingEvent]:
+        """`str.find` over the chunk finds its decode lines; of each only `accept len` and
+        `cuda graph` are read (`decode_fields`: what `parse_decode_line` would give for them), so
+        a serving daemon does not pay a full parse of every decode line."""
         text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
-        if "Decode batch" not in text:
+        if "Decode batch, " not in text:
             return []
-        events = []
-        for line in chunk.lines:
-            stats = parse_decode_line(line)
-            if stats is not None:
-                events += self._decode(stats, line)
+        events: list[ServingEvent] = []
+        at = text.find("Decode batch, ")
+        while at >= 0:
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            line = text[start:end]
+            accept_length, cuda_graph = decode_fields(line)
+            events += self._decode(accept_length, cuda_graph, line)
+            at = text.find("Decode batch, ", end)
         return events
 
-    def _decode(self, stats: DecodeStats, line: str) -> list[ServingEvent]:
-        self.last_decode = stats
+    def _decode(self, accept_length: float | None, cuda_graph: bool | None, line: str) -> list[ServingEvent]:
+        self._last_line = line
         events = []
-        if stats.accept_length is not None:
-            self.decode_accept = stats.accept_length
-        if stats.cuda_graph is True:
+        if accept_length is not None:
+            self.decode_accept = accept_length
+        if cuda_graph is True:
             self._graph_lines += 1
             self._eager.clear()
-        elif stats.cuda_graph is False and self.captured_graphs:
+        elif cuda_graph is False and self.captured_graphs:
             self._eager.append(line)
             if len(self._eager) >= self.settings.eager_lines and EAGER_FALLBACK not in self._reported:
                 self._reported.add(EAGER_FALLBACK)
@@ -188,18 +229,18 @@ class ServingWatch:
                     "lines in a row (cuda graph: False) although graphs were captured at startup",
                     self._wall(), tuple(self._eager[-self.settings.eager_lines:]),
                     {"eager_lines": len(self._eager), "graph_lines_before": self._graph_lines}))
-        if self.baseline and stats.accept_length is not None:
-            if stats.accept_length < self.baseline * self.settings.collapse_fraction:
+        if self.baseline and accept_length is not None:
+            if accept_length < self.baseline * self.settings.collapse_fraction:
                 self._low.append(line)
                 if len(self._low) >= self.settings.collapse_lines and \
                         ACCEPTANCE_COLLAPSE not in self._reported:
                     self._reported.add(ACCEPTANCE_COLLAPSE)
                     events.append(ServingEvent(
-                        ACCEPTANCE_COLLAPSE, f"decode accept length {stats.accept_length:.2f} below "
+                        ACCEPTANCE_COLLAPSE, f"decode accept length {accept_length:.2f} below "
                         f"{self.settings.collapse_fraction:.0%} of the baseline {self.baseline:.2f} on "
                         f"{len(self._low)} decode lines in a row", self._wall(),
                         tuple(self._low[-self.settings.collapse_lines:]),
-                        {"accept_length": stats.accept_length, "baseline": self.baseline}))
+                        {"accept_length": accept_length, "baseline": self.baseline}))
             else:
                 self._low.clear()
         return events
