@@ -8,19 +8,13 @@ import pytest
 from ddtreed.cli.diagnose_cmd import diagnose_lines
 from ddtreed.paths import shipped
 from ddtreed.rules import load_rules
+from phrasing_helpers import traceback_text
 
 RULES = load_rules([shipped("rules")])
 
-SP = "/usr/local/lib/python3.12/dist-packages/"
 def tb(frames, last, pre=""):
-    out = [pre] if pre else []
-    out.append("Traceback (most recent call last):")
-    for f in frames:
-        mod, fn = f.split(":")
-        out.append(f'  File "{SP}{mod}", line 123, in {fn}')
-        out.append("    something()")
-    out.append(last)
-    return "\n".join(out)
+    return traceback_text(frames, last, pre)
+
 
 SCHED = ["sglang/srt/managers/scheduler.py:run_scheduler_process", "sglang/srt/managers/scheduler.py:__init__"]
 MR = SCHED + ["sglang/srt/managers/tp_worker.py:__init__", "sglang/srt/model_executor/model_runner.py:__init__"]

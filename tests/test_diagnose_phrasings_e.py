@@ -12,25 +12,17 @@ import pytest
 from ddtreed.cli.diagnose_cmd import diagnose_lines
 from ddtreed.paths import shipped
 from ddtreed.rules import load_rules
+from phrasing_helpers import SITE as PKG, traceback_text
 
 RULE_DIR = Path(shipped("rules"))
 NEW_FILE = "reports-e.toml"
 RULES = load_rules([RULE_DIR])
 WITHOUT = load_rules(sorted(path for path in RULE_DIR.glob("*.toml") if path.name != NEW_FILE))
 
-PKG = "/usr/local/lib/python3.12/dist-packages/"
-
-
 def tb(frames, last, before=""):
-    """A traceback as SGLang's scheduler prints it: `module:function` frames, outermost first."""
-    lines = [before] if before else []
-    lines.append("[2026-05-01 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):")
-    for frame in frames:
-        module, function = frame.split(":")
-        lines.append(f'  File "{PKG}{module}", line 321, in {function}')
-        lines.append("    call()")
-    lines.append(last)
-    return "\n".join(lines)
+    """A traceback as SGLang's scheduler prints it, under its `Scheduler hit an exception` banner."""
+    return traceback_text(frames, last, before, line=321, body="    call()",
+                          banner="[2026-05-01 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):")
 
 
 SCHED = ["sglang/srt/managers/scheduler.py:run_scheduler_process", "sglang/srt/managers/scheduler.py:event_loop_overlap"]

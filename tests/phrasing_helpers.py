@@ -1,0 +1,17 @@
+"""The traceback text both phrasing files build: `module:function` frames, outermost first, under
+the installed package path, then the final error line."""
+
+SITE = "/usr/local/lib/python3.12/dist-packages/"
+PLAIN = "Traceback (most recent call last):"
+
+
+def traceback_text(frames, last: str, before: str = "", *, banner: str = PLAIN, line: int = 123,
+                   body: str = "    something()") -> str:
+    lines = [before] if before else []
+    lines.append(banner)
+    for frame in frames:
+        module, function = frame.split(":")
+        lines.append(f'  File "{SITE}{module}", line {line}, in {function}')
+        lines.append(body)
+    lines.append(last)
+    return "\n".join(lines)
