@@ -161,6 +161,13 @@ class ServingEvent:
                      context=tuple(f"{key}={value}" for key, value in sorted(self.data.items())))
 
 
+def still_answering(crash: Crash) -> bool:
+    """A crash of a service that still serves requests: a failed output canary, or this watch's
+    eager fallback / acceptance collapse (not a hung server: its probes failed)."""
+    return crash.kind == "canary" or (crash.kind == "serving" and crash.message.startswith(
+        (f"serving: {EAGER_FALLBACK}:", f"serving: {ACCEPTANCE_COLLAPSE}:")))
+
+
 class ServingWatch:
     """Watches one verified launch; make a new one after every (re)start.
 

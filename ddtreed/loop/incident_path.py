@@ -22,7 +22,7 @@ from ..ops.logsetup import incident_context
 from ..records import Application, Crash, ExitStatus, Outcome, ServiceContext, Verdict
 from ..remediation import Attempt, Engine, Launch
 from ..rules import RuleSet
-from ..health.serving import ACCEPTANCE_COLLAPSE, EAGER_FALLBACK, evidence_of, without_echoes
+from ..health.serving import evidence_of, still_answering, without_echoes
 
 log = structlog.get_logger(__name__)
 
@@ -146,13 +146,8 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
 
 
 def still_serving(crashes: tuple[Crash, ...]) -> bool:
-    """Every failure is of a service that still answers requests: a failed output canary, or the
-    serving watch's eager fallback / acceptance collapse (not a hung server, not a death)."""
-    return bool(crashes) and all(
-        c.kind == "canary" or (c.kind == "serving" and c.message.startswith(_DEGRADED)) for c in crashes)
-
-
-_DEGRADED = (f"serving: {EAGER_FALLBACK}:", f"serving: {ACCEPTANCE_COLLAPSE}:")
+    """Every failure is of a service that still answers requests (`serving.still_answering`)."""
+    return bool(crashes) and all(still_answering(c) for c in crashes)
 
 
 def printed_by_launcher(crashes: tuple[Crash, ...]) -> bool:
