@@ -120,6 +120,38 @@ def test_processes_opening_a_fresh_database_together_migrate_it_once(tmp_path):
     assert len(names) == len(set(names)) == len(MIGRATIONS)
 
 
+def test_opening_waits_for_a_writer_of_a_rollback_journal_database(tmp_path):
+    """SQLite does not run the busy handler for the switch to WAL: a writer holding a rollback
+    journal's lock (another process creating the file, an old database) made the open fail at once
+    with "waited 5 s" (CI, four processes opening a fresh database). The open waits its timeout."""
+    import sqlite3
+    import threading
+
+    path = database_path(tmp_path / "old")
+    path.parent.mkdir(mode=0o700)
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("CREATE TABLE other (x)")
+    writer.execute("BEGIN IMMEDIATE")  # RESERVED lock of a rollback-journal database
+    writer.execute("INSERT INTO other VALUES (1)")
+    outcome: list[object] = []
+
+    def open_store() -> None:
+        try:
+            with Store(path, busy_timeout_s=10.0) as store:
+                outcome.append(store.db.journal_mode)
+        except StoreError as error:
+            outcome.append(error)
+
+    opener = threading.Thread(target=open_store)
+    opener.start()
+    opener.join(timeout=1.0)
+    assert opener.is_alive() and outcome == [], f"gave up while the writer held it: {outcome}"
+    writer.execute("COMMIT")
+    writer.close()
+    opener.join(timeout=30)
+    assert outcome == ["wal"]
+
+
 @pytest.fixture
 def small_filesystem(tmp_path):
     """A 1 MiB tmpfs of our own; skipped (with the reason) where mounting is not allowed."""

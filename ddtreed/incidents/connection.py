@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -52,11 +53,32 @@ def connect(path: Path, busy_timeout_s: float) -> sqlite_utils.Database:
     # access with a lock.
     connection = sqlite3.connect(str(path), timeout=busy_timeout_s, check_same_thread=False)
     db = sqlite_utils.Database(connection, execute_plugins=False)
-    if db.journal_mode != "wal":
-        db.enable_wal()  # WAL: the CLI reads while the daemon writes, neither blocks the other
+    _switch_to_wal(db, busy_timeout_s)  # WAL: the CLI reads while the daemon writes
     db.execute("PRAGMA foreign_keys = ON")
     # synchronous stays FULL (the WAL default here): a recorded step must survive a power cut.
     return db
+
+
+def _switch_to_wal(db: sqlite_utils.Database, busy_timeout_s: float) -> None:
+    """Put the database in WAL mode, waiting up to `busy_timeout_s` for a lock.
+
+    SQLite does not call the busy handler for this switch: while another connection writes a
+    rollback-journal database (another process creating the file, an old database) the pragma
+    fails at once with "database is locked". Retried here until the timeout; each try re-reads
+    the mode, since the other process may have switched it meanwhile."""
+    deadline = time.monotonic() + busy_timeout_s
+    pause = 0.005
+    while True:
+        try:
+            if db.journal_mode != "wal":
+                db.enable_wal()
+            return
+        except sqlite3.OperationalError as error:
+            code = getattr(error, "sqlite_errorcode", 0) or 0
+            if code & 0xFF not in (5, 6) or time.monotonic() + pause > deadline:  # BUSY, LOCKED
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def connect_read_only(path: Path, busy_timeout_s: float) -> sqlite_utils.Database:
