@@ -175,7 +175,7 @@ def _boot_time(text: bytes) -> float | None:
 
 def _counts(connection: Connection, database: str) -> dict[str, Any]:
     """`Store.counts()` through the host's `sqlite3`, read-only; _Fallback when that cannot be exact."""
-    from ..incidents import MIGRATIONS
+    from ..incidents.reads import SCHEMA  # the migrations' names, without the store (sqlite-utils)
     from ..records import counts_summary
 
     path = database if database.startswith("/") else "./" + database  # never read as an option
@@ -192,7 +192,7 @@ def _counts(connection: Connection, database: str) -> dict[str, Any]:
         frozen = int(raw["frozen"])
     except (IndexError, KeyError, TypeError, ValueError):
         raise _Fallback("sqlite3 printed something else") from None
-    if migrations != [name for name, _ in MIGRATIONS]:
+    if migrations != list(SCHEMA):
         raise _Fallback("the database's schema is not this version's")  # the remote migrates it
     if not all(isinstance(row, dict) and set(row) == {"category", "status", "outcome", "count"}
                for row in incidents):
