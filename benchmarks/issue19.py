@@ -182,6 +182,8 @@ class Goal:
     baseline_text: str = ""  # when the baseline is not the same figure on the baseline commit's code
     sides: Callable[[dict], tuple[dict | None, dict | None, dict | None]] | None = None
     extras: dict[str, Callable[[list[dict]], float | None]] = field(default_factory=dict)
+    # native jobs: name -> output -> {"candidate": …, "baseline": …} (figures printed beside the goal)
+    native_extras: dict[str, Callable[[dict], dict]] = field(default_factory=dict)
 
     def met(self, median: float | None) -> bool | None:
         if median is None:
@@ -223,6 +225,27 @@ def _store_scrape(output: dict):
 def _cli(name: str):
     return lambda output: (as_spread(output.get(f"{name}_ms")), as_spread(output.get(f"{name}_before_ms")),
                            as_spread(output.get("python_c_pass_ms")))
+
+
+def _cli_cpu(name: str) -> Callable[[dict], dict]:
+    return lambda output: {"candidate": output.get(f"{name}_cpu_ms"), "baseline": output.get(f"{name}_before_cpu_ms")}
+
+
+def _cli_importtime(name: str) -> Callable[[dict], dict]:
+    return lambda output: {"candidate": output.get(f"{name}_importtime_total_ms"),
+                           "baseline": output.get(f"{name}_before_importtime_total_ms"),
+                           "top_imported_by_ddtreed": output.get(f"{name}_importtime_top_imported_by_ddtreed")}
+
+
+def _fleet_extra(key: str) -> Callable[[dict], dict]:
+    def read(output: dict) -> dict:
+        sizes = [int(size) for size in (output.get("current_summary") or {})]
+        if not sizes:
+            return {}
+        size = str(max(sizes))
+        return {"hosts": int(size), "candidate": as_spread(dig(output, f"current_summary.{size}.{key}")),
+                "baseline": as_spread(dig(output, f"baseline_summary.{size}.{key}"))}
+    return read
 
 
 def _fleet(output: dict):
@@ -293,18 +316,27 @@ def _goals() -> list[Goal]:
                       "rss_mb (the larger of the conditions run)", value=_rss,
                       extras={"uss_mb": lambda o: max([median_of(x.get("uss_mb")) or 0 for x in o] or [0]) or None}))
     goals.append(Goal("incidents_100k", "`ddtreed incidents` ≤ 100 ms at 100,000 incidents", "store", 100.0, False,
-                      "ms", "readers.list.now.wall_ms (baseline: readers.list.before)", sides=_store_list))
+                      "ms", "readers.list.now.wall_ms (baseline: readers.list.before)", sides=_store_list,
+                      native_extras={"cpu_ms": lambda o: {"candidate": dig(o, "readers.list.now.cpu_ms"),
+                                                          "baseline": dig(o, "readers.list.before.cpu_ms")},
+                                     "importtime_total_ms": lambda o: {
+                          "candidate": dig(o, "readers.list.now.importtime_total_ms"),
+                          "baseline": dig(o, "readers.list.before.importtime_total_ms")}}))
     goals.append(Goal("scrape_100k", "metrics scrape ≤ 10 ms at 100,000 incidents", "store", 10.0, False, "ms",
                       "scrape_http.wall_ms (baseline: the schema before migration 0009, baseline.scrape)",
                       sides=_store_scrape, reference_text="Store.counts() alone",
                       baseline_text="Store.counts() in-process on the schema before migration 0009 (32f079a), "
                                     "same rows, same run"))
     goals.append(Goal("cli_help", "`ddtreed --help` ≤ 120 ms", "cli", 120.0, False, "ms", "help_ms", sides=_cli("help"),
-                      reference_text="python -c pass"))
+                      reference_text="python -c pass", native_extras={"cpu_ms": _cli_cpu("help"),
+                                                                  "importtime_total_ms": _cli_importtime("help")}))
     goals.append(Goal("cli_status", "`ddtreed status` ≤ 120 ms", "cli", 120.0, False, "ms", "status_ms",
-                      sides=_cli("status"), reference_text="python -c pass"))
+                      sides=_cli("status"), reference_text="python -c pass",
+                      native_extras={"cpu_ms": _cli_cpu("status"), "importtime_total_ms": _cli_importtime("status")}))
     goals.append(Goal("fleet_100", "`fleet status` of 100 loopback hosts ≤ 5 s", "fleet", 5.0, False, "s",
-                      "current_summary.<hosts>.wall_s", sides=_fleet))
+                      "current_summary.<hosts>.wall_s", sides=_fleet,
+                      native_extras={"client_cpu_s": _fleet_extra("client_cpu_s"),
+                                     "remote_cpu_s": _fleet_extra("remote_cpu_s")}))
     return goals
 
 
@@ -411,6 +443,7 @@ def goal_result(goal: Goal, record: dict) -> dict:
         entry.update(candidate=candidate, baseline=baseline)
         if reference is not None:
             entry["reference"] = reference
+        entry["extras"] = {name: read(record["output"]) for name, read in goal.native_extras.items()}
     if goal.reference_text:
         entry["reference_is"] = goal.reference_text
     if goal.baseline_text:
@@ -450,6 +483,11 @@ def markdown(document: dict) -> str:
             candidate += f" {entry['unit']}"
         if entry.get("reference"):
             candidate += f"; {entry.get('reference_is', 'reference')}, same runs: {cell(entry['reference'])}"
+        for name, sides in (entry.get("extras") or {}).items():
+            mine, theirs = median_of(sides.get("candidate")), median_of(sides.get("baseline"))
+            if mine is not None:
+                candidate += f"; {name.replace('_', ' ')} {number(mine)}" + (
+                    f" (baseline {number(theirs)})" if theirs is not None else "")
         baseline = cell(entry.get("baseline"))
         if entry.get("baseline"):
             baseline = f"{entry.get('baseline_is') or document['baseline']}: {baseline}"
@@ -474,10 +512,22 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke test: tiny inputs, 1 round")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table here")
     parser.add_argument("--list", action="store_true", help="print the goals and their benchmarks, then exit")
+    parser.add_argument("--from-json", metavar="FILE",
+                        help="run nothing: read the goals again from a document this runner printed (its "
+                             "benchmarks' outputs), print it and write --markdown")
     args = parser.parse_args()
     if args.list:
         for goal in GOALS:
             print(f"{goal.id:28} {goal.job:10} {goal.text}")
+        return 0
+    if args.from_json:
+        document = json.loads(Path(args.from_json).read_text())
+        ids = [entry["id"] for entry in document["goals"]]
+        document["goals"] = [goal_result(goal, document["jobs"][goal.job]) for goal in GOALS
+                             if goal.id in ids and goal.job in document["jobs"]]
+        if args.markdown:
+            Path(args.markdown).write_text(markdown(document))
+        print(json.dumps(document))
         return 0
     rounds = args.rounds or (1 if args.quick else 3)
     wanted = [name.strip() for name in args.only.split(",") if name.strip()]
