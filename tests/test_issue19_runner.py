@@ -94,3 +94,14 @@ def test_list_names_every_goal_of_the_issue_and_a_wrong_name_is_refused():
         assert goal in ids
     refused = run_runner("--only", "typical_startup,no_such_goal")
     assert refused.returncode == 2 and "no_such_goal" in refused.stderr
+
+
+def test_a_saved_document_gives_the_same_goals_and_table_again(quick, tmp_path):
+    document, table = quick
+    saved = tmp_path / "issue19.json"
+    saved.write_text(json.dumps(document))
+    again_table = tmp_path / "again.md"
+    done = run_runner("--from-json", str(saved), "--markdown", str(again_table))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["goals"] == document["goals"]
+    assert again_table.read_text() == table
