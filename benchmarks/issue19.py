@@ -363,13 +363,16 @@ def _json_objects(text: str) -> list[dict]:
     return found
 
 
-def run_job(job: Job, goals: list[Goal], quick: bool, rounds: int, baseline: str) -> dict:
+def run_job(job: Job, goals: list[Goal], quick: bool, rounds: int, baseline: str, candidate: str | None = None) -> dict:
     """One benchmark for these goals: its command, output, loads, and the goals' figures."""
     python = sys.executable
     script = job.args(goals, quick, rounds, baseline)
     if job.driver == "compare":
-        argv = [python, str(HERE / "compare.py"), "--against", baseline, "--rounds", str(rounds), "--", *script]
-        shown = f"python benchmarks/compare.py --against {baseline} --rounds {rounds} -- {' '.join(script)}"
+        chosen = ["--candidate", candidate] if candidate else []
+        argv = [python, str(HERE / "compare.py"), "--against", baseline, *chosen, "--rounds", str(rounds), "--",
+                *script]
+        shown = (f"python benchmarks/compare.py --against {baseline} {' '.join(chosen + [''])}--rounds {rounds} -- "
+                 f"{' '.join(script)}")
     else:
         argv = [python, str(HERE / script[0]), *script[1:]]
         shown = f"python benchmarks/{' '.join(script)}"
@@ -507,6 +510,9 @@ def markdown(document: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--against", default=DEFAULT_BASELINE, help=f"the baseline commit (default {DEFAULT_BASELINE})")
+    parser.add_argument("--candidate", default=None, metavar="REV",
+                        help="compare.py's candidate commit (default: the working tree); the benchmarks with "
+                             "their own baseline option always time this checkout")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (compare.py) or runs (the others); default 3")
     parser.add_argument("--only", default="", help="comma-separated goal ids, or job names (see --list)")
     parser.add_argument("--quick", action="store_true", help="a smoke test: tiny inputs, 1 round")
@@ -540,7 +546,8 @@ def main() -> int:
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "ddtreed", "benchmarks"],
                            capture_output=True, text=True).stdout.strip()
     document: dict[str, Any] = {
-        "benchmark": "issue19", "candidate": head + (" + uncommitted changes" if dirty else ""),
+        "benchmark": "issue19",
+        "candidate": args.candidate or head + (" + uncommitted changes" if dirty else ""),
         "baseline": args.against, "rounds": rounds, "quick": args.quick,
         "started_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": load_info(),
         "goals": [], "jobs": {}}
@@ -549,7 +556,7 @@ def main() -> int:
         goals = [goal for goal in chosen if goal.job == name]
         if not goals:
             continue
-        record = run_job(job, goals, args.quick, rounds, args.against)
+        record = run_job(job, goals, args.quick, rounds, args.against, args.candidate)
         document["jobs"][name] = record
         document["goals"] += [goal_result(goal, record) for goal in goals]
     document.update(ended_utc=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load_after=load_info(),
