@@ -2,7 +2,7 @@
 against a baseline tree (the remote `ddtreed status --json`, one Python start per host), same run.
 
 Run as root with /usr/sbin/sshd installed (.ci/sshd-setup.sh):
-    python benchmarks/fleet_status.py [--sizes 10,50,100] [--runs 3] [--baseline-ref REF] [--out FILE]
+    python benchmarks/fleet_status.py [--sizes 10,50,100] [--runs 3] [--baseline-ref REF] [--netns] [--out FILE]
 
 Every host is an sshd on its own 127.0.0.1 port with its own state dir: a daemon-state.json naming
 a live process (the "daemon") and an incident database with three incidents, as a host running
@@ -12,6 +12,10 @@ wall time, the client's CPU (the CLI and its `ssh -G` children), the remote side
 sshd and what it started: on a real fleet that is spread over the hosts), /proc/loadavg before,
 and how many remote `ddtreed` processes were started. The remote side shares this box's cores
 with the client, so loopback wall time is bounded by client + remote CPU, not by round trips.
+
+`--netns` puts each host's sshd in a network namespace of its own, on its own address (port 22,
+reached over a veth pair): distinct addresses and network stacks instead of loopback ports. The
+namespaces are removed at the end (also on SIGTERM).
 
 `--remote-rc clean` (default) gives the remote sessions a HOME without shell start-up files (a
 service account's); `--remote-rc box` keeps root's ~/.bashrc, which on the development box starts
@@ -27,6 +31,8 @@ import os
 import platform
 import resource
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -44,17 +50,99 @@ TICKS = os.sysconf("SC_CLK_TCK")
 TIME_KEYS = ("seconds_since_update", "seconds_since_last_healthy", "service_uptime_s")
 
 
-def start_servers(directory: Path, count: int, extra_config: str) -> tuple[list[sshd.Sshd], Path, Path]:
-    """`count` sshd processes sharing one host key and one client key (keygen is the slow part)."""
+class NetnsSshd:
+    """One sshd in its own network namespace, on its own address, port 22: a host of its own as far
+    as the network goes (its own stack and loopback, reached over a veth pair from this namespace)."""
+
+    def __init__(self, directory: Path, index: int, tag: str, prefix: str, authorized_keys: str, host_key: Path,
+                 extra_config: str):
+        self.directory, self.port = directory, 22
+        self.namespace, self.veth = f"ddtb-{tag}-{index}", f"dt{tag}{index}"
+        third, fourth = divmod(index * 4, 256)
+        self.address, gateway = f"{prefix}.{third}.{fourth + 2}", f"{prefix}.{third}.{fourth + 1}"
+        self.process: subprocess.Popen | None = None
+        self.public_host_key = " ".join(Path(f"{host_key}.pub").read_text().split()[:2])
+        for argv in (["netns", "add", self.namespace],
+                     ["link", "add", self.veth + "a", "type", "veth", "peer", "name", self.veth + "b"],
+                     ["link", "set", self.veth + "b", "netns", self.namespace],
+                     ["addr", "add", f"{gateway}/30", "dev", self.veth + "a"],
+                     ["link", "set", self.veth + "a", "up"],
+                     ["-n", self.namespace, "addr", "add", f"{self.address}/30", "dev", self.veth + "b"],
+                     ["-n", self.namespace, "link", "set", self.veth + "b", "up"],
+                     ["-n", self.namespace, "link", "set", "lo", "up"]):
+            subprocess.run(["ip", *argv], check=True, capture_output=True, timeout=30)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "authorized_keys").write_text(authorized_keys)
+        config = directory / "sshd_config"
+        config.write_text(
+            f"Port 22\nListenAddress {self.address}\nHostKey {host_key}\n"
+            f"AuthorizedKeysFile {directory / 'authorized_keys'}\nPidFile {directory / 'sshd.pid'}\n"
+            "UsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\nSubsystem sftp internal-sftp\nMaxStartups 200\n"
+            "MaxSessions 64\nLogLevel INFO\n" + extra_config)
+        os.makedirs("/run/sshd", exist_ok=True)
+        # `ip netns exec` enters the namespace and execs sshd: the pid is sshd's (its CPU is counted).
+        self.process = subprocess.Popen(["ip", "netns", "exec", self.namespace, sshd.SSHD, "-D", "-f", str(config),
+                                         "-E", str(directory / "sshd.log")], stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection((self.address, 22), timeout=1) as probe:
+                    if probe.recv(4).startswith(b"SSH-"):
+                        break
+            except OSError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    self.stop()
+                    raise TimeoutError(f"sshd in {self.namespace} did not answer") from None
+                time.sleep(0.05)
+
+    @property
+    def host_key_line(self) -> str:
+        return f"{self.address} {self.public_host_key}"
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        subprocess.run(["ip", "netns", "del", self.namespace], capture_output=True, check=False, timeout=30)
+        subprocess.run(["ip", "link", "del", self.veth + "a"], capture_output=True, check=False, timeout=30)
+
+
+def netns_available() -> str | None:
+    """None when network namespaces can be made here, else why not."""
+    if shutil.which("ip") is None:
+        return "no `ip` command (iproute2)"
+    name = f"ddtb-probe-{os.getpid()}"
+    done = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return f"`ip netns add` failed: {done.stderr.strip()[:200]}"
+    subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+    return None
+
+
+def start_servers(directory: Path, count: int, extra_config: str,
+                  netns: bool = False) -> tuple[list, Path, Path]:
+    """`count` sshd processes sharing one host key and one client key (keygen is the slow part);
+    with `netns`, each in its own network namespace on its own address."""
     client_key = directory / "client_key"
     client_public = sshd.keygen(client_key)
     host_key = directory / "hostkey"
     sshd.keygen(host_key)
-    servers: list[sshd.Sshd] = []
+    servers: list = []
+    tag, prefix = f"{os.getpid() % 4096:03x}", f"10.{200 + os.getpid() % 50}"
     try:
         for index in range(count):
-            servers.append(sshd.start_sshd(directory / f"host{index:03d}", client_public + "\n",
-                                           host_key=host_key, extra_config=extra_config))
+            if netns:
+                servers.append(NetnsSshd(directory / f"host{index:03d}", index, tag, prefix, client_public + "\n",
+                                         host_key, extra_config))
+            else:
+                servers.append(sshd.start_sshd(directory / f"host{index:03d}", client_public + "\n",
+                                               host_key=host_key, extra_config=extra_config))
     except BaseException:
         for server in servers:
             server.stop()
@@ -90,7 +178,8 @@ def write_inventory(path: Path, servers: list[sshd.Sshd], client_key: Path, know
             f'ssh_config = "{path.parent / "no_ssh_config"}"\nddtreed = {json.dumps(ddtreed_command)}\n'
             'command_timeout_s = 300\nconnect_timeout_s = 120\n')
     for index, server in enumerate(servers):
-        text += (f'\n[[host]]\nname = "host{index:03d}"\naddress = "127.0.0.1"\nport = {server.port}\n'
+        text += (f'\n[[host]]\nname = "host{index:03d}"\naddress = "{getattr(server, "address", "127.0.0.1")}"\n'
+                 f'port = {server.port}\n'
                  f'state_dir = "{server.directory / "state"}"\n')
     path.write_text(text)
     return path
@@ -195,15 +284,22 @@ def main() -> int:
     parser.add_argument("--no-database", action="store_true",
                         help="state dirs without an incident database (no sqlite3 query on the fast path)")
     parser.add_argument("--concurrency", type=int, help="this tree's --concurrency (default: its own)")
+    parser.add_argument("--netns", action="store_true",
+                        help="each host an sshd in its own network namespace on its own address (port 22)")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
     if not sshd.available():
         print("needs root, /usr/sbin/sshd and ssh-keygen (run .ci/sshd-setup.sh)", file=sys.stderr)
         return 2
+    if args.netns and (why := netns_available()):
+        print(f"--netns: no network namespaces here: {why}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally below removes what was made
     sizes = [int(size) for size in args.sizes.split(",")]
     result: dict = {"benchmark": "fleet status", "cpus": os.cpu_count(), "machine": platform.platform(),
                     "remote_rc": args.remote_rc, "sqlite3_on_host": shutil.which("sqlite3") is not None,
-                    "host": "sshd on its own 127.0.0.1 port; state dir: live daemon snapshot"
+                    "host": ("sshd in its own network namespace on its own address, port 22 (a veth pair each)"
+                             if args.netns else "sshd on its own 127.0.0.1 port") + "; state dir: live daemon snapshot"
                             + ("" if args.no_database else " + 3-incident database"),
                     "sizes": sizes, "runs_per_size": args.runs, "current_concurrency": args.concurrency or "default",
                     "runs": []}
@@ -218,7 +314,7 @@ def main() -> int:
         extra = f"SetEnv HOME={home}\n" if args.remote_rc == "clean" else ""
         daemon = subprocess.Popen(["sleep", "86400"])  # the process every snapshot names as its daemon
         started = time.monotonic()
-        servers, client_key, known_hosts = start_servers(directory, max(sizes), extra)
+        servers, client_key, known_hosts = start_servers(directory, max(sizes), extra, netns=args.netns)
         result["sshd_start_s"] = round(time.monotonic() - started, 2)
         try:
             populate_state_dirs(directory, servers, daemon.pid, database=not args.no_database)

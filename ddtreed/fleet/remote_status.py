@@ -132,6 +132,27 @@ def _read(sftp: paramiko.SFTPClient, path: str, limit: int) -> bytes | None:
         raise _Fallback(f"{path}: {error}") from None
 
 
+def _read_line(sftp: paramiko.SFTPClient, path: str, starting: bytes = b"") -> bytes | None:
+    """The first line of a /proc file that starts with `starting`; b"" when none does, None when the
+    file does not exist; _Fallback when unreadable. A line read ends at its newline, so no request is
+    spent on the read that finds the end of the file (`read()` takes one more per file)."""
+    try:
+        with sftp.open(path, "rb") as handle:
+            taken = 0
+            while taken < PROC_LIMIT:
+                line = handle.readline(PROC_LIMIT - taken)
+                if not line:
+                    break
+                taken += len(line)
+                if line.startswith(starting):
+                    return line
+            return b""
+    except FileNotFoundError:
+        return None
+    except (OSError, paramiko.SSHException, EOFError) as error:
+        raise _Fallback(f"{path}: {error}") from None
+
+
 def _exists(sftp: paramiko.SFTPClient, path: str) -> bool:
     try:
         sftp.stat(path)
@@ -152,11 +173,11 @@ def _alive(sftp: paramiko.SFTPClient, snapshot: dict[str, Any]) -> bool:
         raise _Fallback("pid is not positive")  # psutil's own answer for those is the remote's to give
     if snapshot["state"] in ("stopped", GAVE_UP):
         return False
-    stat = _read(sftp, f"/proc/{snapshot['pid']}/stat", PROC_LIMIT)
+    stat = _read_line(sftp, f"/proc/{snapshot['pid']}/stat")
     if stat is None:
         return False  # no such process
     fields = stat.decode("ascii", "replace").rpartition(")")[2].split()
-    boot = _boot_time(_read(sftp, "/proc/stat", PROC_LIMIT) or b"")
+    boot = _boot_time(_read_line(sftp, "/proc/stat", starting=b"btime") or b"")
     if len(fields) < 20 or boot is None or not fields[19].isdigit():
         raise _Fallback("unexpected /proc format")
     started = boot + int(fields[19]) / CLOCK_TICKS
@@ -175,7 +196,7 @@ def _boot_time(text: bytes) -> float | None:
 
 def _counts(connection: Connection, database: str) -> dict[str, Any]:
     """`Store.counts()` through the host's `sqlite3`, read-only; _Fallback when that cannot be exact."""
-    from ..incidents import MIGRATIONS
+    from ..incidents.reads import SCHEMA  # the migrations' names, without the store (sqlite-utils)
     from ..records import counts_summary
 
     path = database if database.startswith("/") else "./" + database  # never read as an option
@@ -192,7 +213,7 @@ def _counts(connection: Connection, database: str) -> dict[str, Any]:
         frozen = int(raw["frozen"])
     except (IndexError, KeyError, TypeError, ValueError):
         raise _Fallback("sqlite3 printed something else") from None
-    if migrations != [name for name, _ in MIGRATIONS]:
+    if migrations != list(SCHEMA):
         raise _Fallback("the database's schema is not this version's")  # the remote migrates it
     if not all(isinstance(row, dict) and set(row) == {"category", "status", "outcome", "count"}
                for row in incidents):

@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from . import _paramiko  # first: imports paramiko without invoke where `ssh` is installed
 import paramiko
 import structlog
 
@@ -82,9 +83,9 @@ def resolve(entry: HostEntry, hop: str | None = None) -> Target:
     explicit = hop is None
     if explicit:
         user, port = entry.user or user, entry.port or port
-    if shutil.which(SSH) is None:
+    if not _have_ssh():
         return _resolve_with_paramiko(entry, hop)
-    found = _ssh_g(entry, host, user, port)
+    found = _resolved(entry, host, user, port)
 
     def first(key: str, default: str | None = None) -> str | None:
         return found.get(key, [default])[0]
@@ -118,10 +119,120 @@ def resolve(entry: HostEntry, hop: str | None = None) -> Target:
     )
 
 
-def _ssh_g(entry: HostEntry, host: str, user: str | None, port: int | None) -> dict[str, list[str]]:
+_HAVE_SSH: bool | None = None
+
+
+def _have_ssh() -> bool:
+    global _HAVE_SSH
+    if _HAVE_SSH is None:
+        _HAVE_SSH = shutil.which(SSH) is not None
+    return _HAVE_SSH
+
+
+# A name no config can mean (the .invalid TLD), for the one `ssh -G` of a host-independent config.
+PLACEHOLDER_HOST = "ddtreed-any-host.invalid"
+PLACEHOLDER_USER = "ddtreed-any-user"
+PLACEHOLDER_PORT = 65534
+_PER_HOST_LINES = ("host", "hostname", "user", "port")
+
+
+def _resolved(entry: HostEntry, host: str, user: str | None, port: int | None) -> dict[str, list[str]]:
+    """What `ssh -G` says for this host: asked once per run when the config cannot tell hosts apart."""
+    files = uniform_config_files(entry)
+    if files is None:
+        return _ssh_g(entry, host, user, port)
+    try:
+        template = _ssh_g(entry, PLACEHOLDER_HOST, PLACEHOLDER_USER if user else None,
+                          PLACEHOLDER_PORT if port else None, versions=files)
+    except FleetError:
+        return _ssh_g(entry, host, user, port)  # the same refusal, worded with this host's name
+    expected = {"host": PLACEHOLDER_HOST, "hostname": PLACEHOLDER_HOST}
+    if user:
+        expected["user"] = PLACEHOLDER_USER
+    if port:
+        expected["port"] = str(PLACEHOLDER_PORT)
+    placeholder_elsewhere = any(PLACEHOLDER_HOST in value or (user and PLACEHOLDER_USER in value)
+                                for name, values in template.items() if name not in _PER_HOST_LINES
+                                for value in values)
+    if placeholder_elsewhere or any(template.get(name) != [value] for name, value in expected.items()):
+        return _ssh_g(entry, host, user, port)  # the config does use the name after all: ask per host
+    found = dict(template)
+    # OpenSSH prints the destination as given and its lowercased form as the hostname.
+    found["host"], found["hostname"] = [host], [host.lower()]
+    if user:
+        found["user"] = [user]
+    if port:
+        found["port"] = [str(port)]
+    return found
+
+
+def uniform_config_files(entry: HostEntry) -> tuple | None:
+    """The ssh config files `ssh` would read for this inventory, with their versions, when nothing in
+    them depends on the host (no Host pattern but `*`, no Match, no %-token, no HostName, no
+    CanonicalizeHostname; Include followed); None when a host could resolve differently from another.
+
+    Then one `ssh -G` of a placeholder name answers for every host, its name, user and port put in.
+    """
+    config = os.path.expanduser(entry.ssh_config)
+    user_default = os.path.abspath(config) == os.path.abspath(os.path.expanduser(_USER_SSH_CONFIG))
+    roots = [(config, os.path.expanduser("~/.ssh"))]
+    if user_default:
+        roots.append((SYSTEM_SSH_CONFIG, os.path.dirname(SYSTEM_SSH_CONFIG)))
+    seen: list[tuple] = []
+    for path, base in roots:
+        if not _uniform_file(path, base, seen, depth=0):
+            return None
+    return tuple(seen)
+
+
+_HOST_DEPENDENT = {"match", "hostname", "canonicalizehostname", "canonicaldomains"}
+
+
+def _uniform_file(path: str, base: str, seen: list[tuple], depth: int) -> bool:
+    if depth > 16:
+        return False  # OpenSSH's own include depth limit: let it say what it says
+    seen.append((path, *_file_version(path)))
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return True  # ssh skips a missing Include or -F file of ours the same way for every host
+    except (OSError, UnicodeDecodeError):
+        return False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "%" in line or "${" in line:
+            return False
+        keyword, _, rest = line.replace("=", " ", 1).partition(" ")
+        keyword, rest = keyword.lower(), rest.strip()
+        if keyword in _HOST_DEPENDENT:
+            return False
+        try:
+            words = shlex.split(rest)
+        except ValueError:
+            return False
+        if keyword == "host" and words != ["*"]:
+            return False
+        if keyword == "include":
+            import glob
+
+            for word in words:
+                pattern = os.path.expanduser(word)
+                pattern = pattern if os.path.isabs(pattern) else os.path.join(base, pattern)
+                for included in sorted(glob.glob(pattern)):
+                    if not _uniform_file(included, base, seen, depth + 1):
+                        return False
+                seen.append(("glob", pattern, tuple(sorted(glob.glob(pattern)))))
+    return True
+
+
+def _ssh_g(entry: HostEntry, host: str, user: str | None, port: int | None,
+           versions: tuple = ()) -> dict[str, list[str]]:
     """`ssh -G` for one host: the inventory's [defaults] go last, so the config's values win."""
     config = os.path.expanduser(entry.ssh_config)
-    key = (config, host, user, port, entry.default_user, entry.default_port, _mtime(config))
+    key = (config, host, user, port, entry.default_user, entry.default_port, _mtime(config), versions)
     with _RESOLVED_LOCK:
         if key in _RESOLVED:
             return _RESOLVED[key]
@@ -202,6 +313,7 @@ def _resolve_with_paramiko(entry: HostEntry, hop: str | None) -> Target:
     """Without an `ssh` binary: paramiko's parser (no Include, no Match exec, no ProxyCommand)."""
     alias = hop or entry.address
     user, host, port = _strip_user_port(alias)
+    _paramiko.with_invoke()  # paramiko's parser runs `Match exec` through invoke
     expanded = os.path.expanduser(entry.ssh_config)
     parsed = paramiko.SSHConfig.from_path(expanded) if os.path.isfile(expanded) else paramiko.SSHConfig()
     found = parsed.lookup(host)
