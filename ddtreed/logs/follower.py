@@ -35,7 +35,17 @@ TRUNCATION_MARKER = " [ddtreed: line truncated at {limit} bytes]"
 # is followed at once, flood or not.
 MIN_READ_INTERVAL_S = 0.020
 TRACEBACK_HEADER = "Traceback (most recent call last):"  # a tagged line that starts a crash's output
-_UNTAGGED = re.compile(r"(?:\A|\n)(?!\[\d)")
+# A line not starting "[<digit>" (SGLang's timestamp): the first line checked with `match`, the
+# others by a search that starts at a literal newline, which `re` finds with a character scan
+# instead of trying the pattern at every position (~4 µs per 4 KB chunk instead of ~100 µs:
+# this check runs on every calm read of a flood, ~50 times a second at 1,000 lines/s).
+_TAGGED_START = re.compile(r"\[\d")
+_UNTAGGED_AFTER_NEWLINE = re.compile(r"\n(?!\[\d)")
+
+
+def has_untagged_line(text: str) -> bool:
+    """Does a line of `text` (lines joined by "\\n") not start with "[" and a digit?"""
+    return _TAGGED_START.match(text) is None or _UNTAGGED_AFTER_NEWLINE.search(text) is not None
 
 
 @dataclass
@@ -157,7 +167,7 @@ class Follower:
             return
         read_at, chunks = self._unjudged
         self._unjudged = None
-        if not any(_UNTAGGED.search(chunk.text) or TRACEBACK_HEADER in chunk.text for chunk in chunks):
+        if not any(has_untagged_line(chunk.text) or TRACEBACK_HEADER in chunk.text for chunk in chunks):
             self._next_read_at = read_at + self._min_read_interval_s
 
     def _hold_off(self, deadline: float) -> bool:
