@@ -25,15 +25,22 @@ from ddtreed.demo import free_port  # noqa: E402
 from ddtreed.logs import MIN_READ_INTERVAL_S  # noqa: E402
 
 SAMPLE_EVERY_S = 0.5
-# `ddtreed run` with the follower's default pacing replaced (the daemon builds its Follower itself).
-LAUNCH = ("import sys, ddtreed.logs.follower as f; f.MIN_READ_INTERVAL_S = float(sys.argv.pop(1)); "
-          "from ddtreed.cli import main; sys.exit(main(sys.argv[1:]))")
+# `ddtreed run` exactly as the console script starts it (`ddtreed.cli:main`)...
+LAUNCH = "import sys; sys.argv.pop(1); from ddtreed.cli import main; sys.exit(main(sys.argv[1:]))"
+# ...or with the follower's default pacing replaced (the daemon builds its Follower itself). This
+# imports the follower, and so structlog, before `main` runs: the process leaves out first what a
+# daemon leaves out (ddtreed.lean, where the code has it) so that RSS is measured as `run` has it.
+LAUNCH_PACED = ("import sys\ntry:\n    from ddtreed.lean import lean_daemon_process\nexcept ImportError:\n"
+                "    pass\nelse:\n    lean_daemon_process()\nimport ddtreed.logs.follower as f\n"
+                "f.MIN_READ_INTERVAL_S = float(sys.argv.pop(1))\n"
+                "from ddtreed.cli import main\nsys.exit(main(sys.argv[1:]))")
 
 
 def start_daemon(config: Path, log_path: Path, interval_s: float) -> subprocess.Popen:
     """The real `ddtreed run`, JSON events to `log_path`."""
     out = open(log_path, "wb")
-    return subprocess.Popen([sys.executable, "-c", LAUNCH, str(interval_s), "run", "--config", str(config),
+    launch = LAUNCH if abs(interval_s - MIN_READ_INTERVAL_S) < 1e-9 else LAUNCH_PACED
+    return subprocess.Popen([sys.executable, "-c", launch, str(interval_s), "run", "--config", str(config),
                              "--log-format", "json"], stdout=out, stderr=subprocess.STDOUT,
                             cwd=CODE, start_new_session=True)
 
