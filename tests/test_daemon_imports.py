@@ -86,3 +86,14 @@ def test_asyncio_is_the_real_one_for_whoever_uses_it_after_a_lean_start():
     assert lines[0] == "module True"
     assert json.loads(lines[1][lines[1].index("{"):])["event"] == "from_a_coroutine"
     assert lines[2] == "True"
+
+
+def test_a_daemon_without_the_canary_does_not_import_it(tmp_path):
+    """[canary] enabled = false (the default): its package stays out of the daemon's memory."""
+    config = fast_service.write_config(tmp_path, port=free_port())
+    assert "[canary]\nenabled = false" in config.read_text()
+    loaded = loaded_after(LEAN + DAEMON_MODULES + "from ddtreed.config import load\n"
+                          "from ddtreed.loop.wiring import build\n"
+                          f"wiring = build(load({str(config)!r}))\nassert wiring.canary is None\n")
+    assert "ddtreed.loop.wiring" in loaded
+    assert not [name for name in loaded if name.startswith("ddtreed.health.canary")]
