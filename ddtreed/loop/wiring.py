@@ -153,7 +153,7 @@ def _assemble(config: Config, host: Host, store: DurableStore, rules: RuleSet, c
                     secrets_from=(config.service.argv, config.service.env))  # stored launches are redacted
     budget = RestartBudget.from_policy(config.policy, clock=clock.monotonic)
     canary = periodic = None
-    if config.canary.enabled:  # the canary package (~0.5 MB resident) only for a daemon that runs it
+    if config.canary.enabled:  # the canary package (~0.25 MB resident) only for a daemon that runs it
         from ..health.canary import Canary, PeriodicCanary
 
         canary = Canary(store, config.canary)
