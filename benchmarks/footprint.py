@@ -3,7 +3,8 @@
 The service (tests/programs/fast_service.py) first crashes with the founding traceback; once the
 daemon has patched it and the incident is resolved, the daemon process alone (not the service)
 is sampled with psutil for `--seconds`: peak RSS, CPU time over wall time, and voluntary context
-switches per second (each is the loop blocking again after a wake-up). `--min-read-interval-ms`
+switches per second (each is the loop blocking again after a wake-up), and the CPU per wake-up
+(`cpu_us_per_wakeup`: what one turn costs, reads and all). `--min-read-interval-ms`
 sets the follower's calm-flood pacing in the daemon (default: the library's). Prints ONE JSON object.
 """
 
@@ -24,16 +25,28 @@ import fast_service  # noqa: E402  (tests/programs, put on sys.path by _common)
 from ddtreed.demo import free_port  # noqa: E402
 from ddtreed.logs import MIN_READ_INTERVAL_S  # noqa: E402
 
+try:  # the flood's read cadence, where the code has one apart from the interval
+    from ddtreed.logs.follower import FLOOD_HOLD_S  # noqa: E402
+except ImportError:
+    FLOOD_HOLD_S = None
+
 SAMPLE_EVERY_S = 0.5
-# `ddtreed run` with the follower's default pacing replaced (the daemon builds its Follower itself).
-LAUNCH = ("import sys, ddtreed.logs.follower as f; f.MIN_READ_INTERVAL_S = float(sys.argv.pop(1)); "
-          "from ddtreed.cli import main; sys.exit(main(sys.argv[1:]))")
+# `ddtreed run` exactly as the console script starts it (`ddtreed.cli:main`)...
+LAUNCH = "import sys; sys.argv.pop(1); from ddtreed.cli import main; sys.exit(main(sys.argv[1:]))"
+# ...or with the follower's default pacing replaced (the daemon builds its Follower itself). This
+# imports the follower, and so structlog, before `main` runs: the process leaves out first what a
+# daemon leaves out (ddtreed.lean, where the code has it) so that RSS is measured as `run` has it.
+LAUNCH_PACED = ("import sys\ntry:\n    from ddtreed.lean import lean_daemon_process\nexcept ImportError:\n"
+                "    pass\nelse:\n    lean_daemon_process()\nimport ddtreed.logs.follower as f\n"
+                "f.MIN_READ_INTERVAL_S = float(sys.argv.pop(1))\n"
+                "from ddtreed.cli import main\nsys.exit(main(sys.argv[1:]))")
 
 
 def start_daemon(config: Path, log_path: Path, interval_s: float) -> subprocess.Popen:
     """The real `ddtreed run`, JSON events to `log_path`."""
     out = open(log_path, "wb")
-    return subprocess.Popen([sys.executable, "-c", LAUNCH, str(interval_s), "run", "--config", str(config),
+    launch = LAUNCH if abs(interval_s - MIN_READ_INTERVAL_S) < 1e-9 else LAUNCH_PACED
+    return subprocess.Popen([sys.executable, "-c", launch, str(interval_s), "run", "--config", str(config),
                              "--log-format", "json"], stdout=out, stderr=subprocess.STDOUT,
                             cwd=CODE, start_new_session=True)
 
@@ -59,9 +72,12 @@ def main() -> None:
                                "tests/programs/fast_service.py after the founding incident resolved",
                   "baseline": "the service process itself, same samples (cpu_percent_service)",
                   "runs": args.runs, "seconds_per_run": args.seconds, "lines_per_s_target": rate,
-                  "min_read_interval_ms": args.min_read_interval_ms, "load_before": load_before}
-        for key in ("rss_mb", "uss_mb", "cpu_percent", "wakeups_per_s", "service_lines_per_s",
-                    "cpu_percent_service"):
+                  "min_read_interval_ms": args.min_read_interval_ms,
+                  "flood_hold_ms": None if FLOOD_HOLD_S is None else max(FLOOD_HOLD_S * 1000.0,
+                                                                         args.min_read_interval_ms),
+                  "load_before": load_before}
+        for key in ("rss_mb", "uss_mb", "cpu_percent", "wakeups_per_s", "cpu_us_per_wakeup",
+                    "service_lines_per_s", "cpu_percent_service"):
             result[key] = spread([s[key] for s in samples], digits=2)
         result["threads"] = max(s["threads"] for s in samples)
         result["inotify"] = all(s["inotify"] for s in samples)
@@ -121,6 +137,8 @@ def sample(process: psutil.Process, service_log: Path, seconds: float) -> dict:
             "cpu_percent_other_threads": round(max(0.0, 100.0 * (cpu - main_cpu) / wall), 2),
             "cpu_percent_service": round(100.0 * service_cpu / wall, 2),
             "threads": process.num_threads(), "wakeups_per_s": round(switches / wall, 1),
+            # what one wake-up costs, reads and all: the loop's CPU divided by its wake-ups
+            "cpu_us_per_wakeup": round(1e6 * cpu / switches, 1) if switches else float("nan"),
             "service_lines": lines,
             "service_lines_per_s": round(lines / wall, 1)}
 

@@ -78,7 +78,12 @@ def command_of(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(command_of(argv))
+    command = command_of(argv)
+    if command == "run":  # the long-running process: before anything imports structlog or hashlib
+        from ..lean import lean_daemon_process
+
+        lean_daemon_process()
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()

@@ -32,7 +32,6 @@ from typing import Any, Callable
 
 import structlog
 
-from .canary import canary_crash
 from ..records import Crash, HealthResult, LogChunk
 
 log = structlog.get_logger(__name__)
@@ -335,6 +334,8 @@ def periodic_check(periodic: Any, prober: Callable[[], Any], context: Any, on_re
         return None
     on_result(result)
     if result.category is not None:
+        from .canary import canary_crash  # the canary package only once one has run
+
         return canary_crash(result)
     if result.passed:
         on_ok()

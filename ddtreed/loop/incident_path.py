@@ -13,7 +13,6 @@ from typing import Any, Callable, Protocol
 
 import structlog
 
-from ..health.canary import canary_crash
 from ..clock import Clock
 from ..config import Config
 from .lifecycle import Lifecycle
@@ -420,5 +419,7 @@ def canary_verdict(result, verdict: Verdict) -> Verdict:
     if result.category is None:  # the requests themselves failed: a probe failure
         return Verdict(False, f"canary could not run: {result.detail}", stage="canary",
                        accept_length=verdict.accept_length)
+    from ..health.canary import canary_crash  # the canary package: only a daemon with [canary] on
+
     return Verdict(False, f"canary failed ({result.category}): {result.detail}", (canary_crash(result),),
                    accept_length=result.accept_length, stage="canary")

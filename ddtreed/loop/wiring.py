@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import structlog
 
-from ..health.canary import Canary, PeriodicCanary
 from ..clock import Clock, SystemClock
 from ..config import Config, ConfigError, load
 from ..context import service_context as context_of
@@ -29,6 +28,9 @@ from ..paths import shipped
 from ..remediation import Catalog, Engine, Launch, load_remediations
 from ..restart import RestartBudget
 from ..rules import RuleSet, load_rules
+
+if TYPE_CHECKING:
+    from ..health.canary import Canary, PeriodicCanary
 
 log = structlog.get_logger(__name__)
 
@@ -150,7 +152,11 @@ def _assemble(config: Config, host: Host, store: DurableStore, rules: RuleSet, c
     engine = Engine(host, config.paths.state_dir, catalog, incidents=store,
                     secrets_from=(config.service.argv, config.service.env))  # stored launches are redacted
     budget = RestartBudget.from_policy(config.policy, clock=clock.monotonic)
-    canary = Canary(store, config.canary) if config.canary.enabled else None
-    periodic = PeriodicCanary(canary, clock.monotonic) if canary is not None else None
+    canary = periodic = None
+    if config.canary.enabled:  # the canary package (~0.25 MB resident) only for a daemon that runs it
+        from ..health.canary import Canary, PeriodicCanary
+
+        canary = Canary(store, config.canary)
+        periodic = PeriodicCanary(canary, clock.monotonic)
     return Wiring(config, host, store, rules, catalog, engine, budget, canary, periodic, prober, clock,
                   preflight_checks)

@@ -1,0 +1,105 @@
+"""The follower's flood pacing tells timestamped SGLang lines from everything else with
+`has_untagged_line` (two cheap searches instead of a regex tried at every position): it must
+say exactly what the one-regex definition says, and a read of a non-timestamped line in a
+flood must not hold the next read back."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ddtreed.logs import Follower
+from ddtreed.logs.follower import FLOOD_HOLD_S, MIN_READ_INTERVAL_S, has_untagged_line
+
+# The definition: some line (at the start or after a newline) does not begin "[<digit>".
+REFERENCE = re.compile(r"(?:\A|\n)(?!\[\d)")
+CALM = b"[2026-07-28 10:00:00 TP0] Decode batch, #running-req: 4, accept len: 3.10\n"
+
+LINES = st.sampled_from([
+    "[2026-07-28 10:00:00 TP0] Decode batch, #running-req: 4, accept len: 3.10",
+    "[2026-07-28 10:00:00] INFO:     127.0.0.1:5000 - \"GET /health HTTP/1.1\" 200 OK",
+    "[rank0]: Traceback (most recent call last):",
+    "[rank1]:   File \"/opt/sglang/srt/managers/scheduler.py\", line 2984",
+    "  File \"/x.py\", line 1, in f",
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "", "[", "[2", "[a", " [2026", "\t[1", "[٣] an Arabic-Indic digit",
+    "terminate called after throwing an instance of 'c10::Error'",
+])
+
+
+@given(st.lists(LINES, min_size=1, max_size=30))
+@settings(max_examples=400, deadline=None)
+def test_matches_the_one_regex_definition(lines):
+    text = "\n".join(lines)
+    assert has_untagged_line(text) == (REFERENCE.search(text) is not None)
+
+
+@given(st.text(alphabet="[]0123456789 \n\tab٣", max_size=60))
+@settings(max_examples=400, deadline=None)
+def test_matches_it_on_any_text(text):
+    assert has_untagged_line(text) == (REFERENCE.search(text) is not None)
+
+
+def test_real_decode_lines_are_calm_a_rank_prefixed_traceback_is_not():
+    decode = "\n".join(CALM.decode().rstrip("\n") for _ in range(25))
+    assert has_untagged_line(decode) is False
+    assert has_untagged_line(decode + "\n[rank0]: Traceback (most recent call last):") is True
+    assert has_untagged_line("[rank0]: x\n" + decode) is True
+
+
+def test_a_rank_prefixed_line_in_a_flood_does_not_hold_the_next_read_back(tmp_path):
+    """torch's distributed tracebacks come as "[rankN]: …" lines: not timestamped, so not calm."""
+    path = tmp_path / "service.log"
+    path.write_bytes(b"")
+    with Follower([str(path)], min_read_interval_s=5.0) as follower:
+        for _ in range(2):  # two reads well within 5 s: a flood
+            with open(path, "ab") as handle:
+                handle.write(CALM)
+            follower.read()
+        with open(path, "ab") as handle:
+            handle.write(b"[rank0]: Traceback (most recent call last):\n")
+        follower.read()
+        with open(path, "ab") as handle:
+            handle.write(b'[rank0]:   File "/x/scheduler.py", line 9, in run\n')
+        assert follower.wait(10.0) is True
+        assert follower.holds == 0
+        assert [line for chunk in follower.read() for line in chunk.lines] == \
+            ['[rank0]:   File "/x/scheduler.py", line 9, in run']
+
+
+def test_in_a_flood_the_read_after_a_calm_one_waits_the_hold_off_not_the_interval(tmp_path):
+    """What makes a flood cheap: reads closer than the interval start it, then each calm read
+    holds the next one back the (longer) hold-off; an untagged line still ends it at once."""
+    path = tmp_path / "service.log"
+    path.write_bytes(b"")
+    with Follower([str(path)], min_read_interval_s=2.0, hold_off_s=3.0) as follower:
+        for _ in range(2):  # two reads well within 2 s: a flood
+            with open(path, "ab") as handle:
+                handle.write(CALM)
+            follower.read()
+        read_at = time.monotonic()
+        with open(path, "ab") as handle:
+            handle.write(CALM)
+        assert follower.wait(30.0) is True
+        assert time.monotonic() - read_at >= 3.0 - 0.01  # a sleep never ends early
+        assert follower.holds == 1
+        assert len(follower.read()) == 1
+
+
+def test_the_default_hold_off_is_never_shorter_than_the_interval(tmp_path):
+    path = tmp_path / "service.log"
+    path.write_bytes(b"")
+    assert FLOOD_HOLD_S >= MIN_READ_INTERVAL_S
+    with Follower([str(path)], min_read_interval_s=FLOOD_HOLD_S * 50) as follower:
+        for _ in range(2):
+            with open(path, "ab") as handle:
+                handle.write(CALM)
+            follower.read()
+        read_at = time.monotonic()
+        with open(path, "ab") as handle:
+            handle.write(CALM)
+        assert follower.wait(30.0) is True
+        assert time.monotonic() - read_at >= FLOOD_HOLD_S * 50 - 0.01
