@@ -11,6 +11,7 @@ from ..records import Crash, Explanation, RuleMatch, ServiceContext, Signature
 from .evidence import CrashEvidence
 from .loader import parse_files, rule_files
 from .model import CrashView, Rule, RuleIndex
+from .prefilter import MessagePrefilter
 
 UNKNOWN_CATEGORY = "unknown"
 # Rules at or below this priority only name the shape of a failure (a plain Python error in
@@ -89,8 +90,11 @@ def informativeness(crash: Crash) -> tuple[int, int, int]:
 class RuleSet:
     """Rules indexed by exception type; `diagnose` picks the best match across a crash group."""
 
-    def __init__(self, rules: Iterable[Rule]):
+    def __init__(self, rules: Iterable[Rule], prefilter: bool = True):
         self.rules: tuple[Rule, ...] = tuple(rules)
+        self.use_prefilter = prefilter  # False: every candidate is evaluated (the equivalence tests)
+        # Built with the rules (~60 ms), not on the first crash: that one is the detection timed.
+        self._prefilter = MessagePrefilter(self.rules) if prefilter else None
         self._order = {rule.id: position for position, rule in enumerate(self.rules)}
         self._by_id = {rule.id: rule for rule in self.rules}
         self._index = RuleIndex()
@@ -149,7 +153,7 @@ class RuleSet:
         matches: list[tuple[Any, Rule]] = []
         notes: tuple[str, ...] = ()
         deadline = time.monotonic() + budget_s
-        candidates = sorted(self._index.candidates(view), key=lambda rule_id: -self._by_id[rule_id].priority)
+        candidates = sorted(self._candidates(view), key=lambda rule_id: -self._by_id[rule_id].priority)
         for evaluated, rule_id in enumerate(candidates):
             if time.monotonic() > deadline:
                 # Highest priorities were tried first, so what is decided is the best of them.
@@ -162,6 +166,20 @@ class RuleSet:
                 matches.append((match, rule))
         matches.sort(key=lambda pair: self._rank(pair[1], pair[0]), reverse=True)
         return signature, view, matches, notes
+
+    def _candidates(self, view: CrashView) -> set[str]:
+        """The rules indexed under the view's exception types, less those whose message patterns
+        match none of its errors (`prefilter.MessagePrefilter`: they could not match)."""
+        candidates = self._index.candidates(view)
+        if not self.use_prefilter:
+            return candidates
+        if self._prefilter is None:
+            self._prefilter = MessagePrefilter(self.rules)
+        possible = self._prefilter.possible(view)
+        if possible is None:
+            return candidates
+        filtered = self._prefilter.filtered
+        return {rule_id for rule_id in candidates if rule_id not in filtered or rule_id in possible}
 
     def _rank(self, rule: Rule, match: RuleMatch) -> tuple:
         # Priority first; then a context-precise match; then the more specific rule; then file order.
