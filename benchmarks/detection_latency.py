@@ -6,17 +6,22 @@ Code path timed: the real `ddtreed.loop.daemon.Daemon` (built from a real config
 serves HTTP. On cue (SIGUSR2) the service writes the founding traceback of its two TP ranks (the
 last exception line in a second write) and stamps the time that write returned. The daemon does
 what it always does: `ServiceRun.pump(0.2)` (follower, assembler, milestones) → `handle_crash`:
-lifecycle (status file writes) → `RuleSet.diagnose` → `DurableStore.open_incident` (SQLite
-commit). The only addition is a probe around the daemon's `store.open_incident` that notes the
-time it returned. Then the daemon stops the service, records, and (policy `off`) relaunches it
-unchanged; the next cue follows once it is `running` again, after a random 0–100 ms, so that the
-cue lands anywhere between two paced reads of the background traffic.
+`RuleSet.diagnose` → the first durable write for the crash (SQLite commit, WAL, synchronous=FULL):
+`DurableStore.open_incident` for a new incident, `record_recurrence` for the next crash of an
+incident still open (policy `off` leaves it open, so within `restart_window_s` every other cue is
+one). The only addition is a probe around those two calls that notes when they returned (and
+around `handle_crash`, to know which crash a write is for). Every event is timed: on code that
+records a recurrence only after the stop (up to de76d0a) those events include the stop. Then
+the daemon stops the service, records, and relaunches it unchanged; the next cue follows once it
+is `running` again, after a random 0–100 ms, so that the cue lands anywhere between two paced
+reads of the background traffic.
 
 Per condition (`idle`: no hogs of ours; `hogs`: two processes spinning on both cores) `--runs`
 runs of `--events` events each; prints ONE JSON object with p50/p99/max per run and
 min/median/max over the runs, split into read (write → the chunk read: the crash's
-`detected_at`) and record (read → commit). The same-run baseline is a bare `Follower` waiting on
-the same file with pacing off (`min_read_interval_s=0`) in this process: write → read only.
+`detected_at`) and record (read → commit), and by kind (`_new`, `_recurrence`). The same-run
+baseline is a bare `Follower` waiting on the same file with pacing off (`min_read_interval_s=0`)
+in this process: write → read only.
 """
 
 from __future__ import annotations
@@ -54,25 +59,53 @@ def write_config(directory: Path, lines_per_s: float) -> Path:
 
 
 class Probe:
-    """Wraps the daemon's `store.open_incident`: when it returned, and the crashes' read time."""
+    """When the daemon's first durable write for a crash returned: `store.open_incident` for a new
+    incident, `store.record_recurrence` for the next crash of a still-open one (a crash loop's;
+    with policy `off` every other cue is one). `handle_crash` is wrapped only to know which crash
+    group the write is for (its earliest `detected_at`); a group that is not the cue's founding
+    traceback (e.g. a probe that timed out on a loaded box) is reported apart."""
 
     def __init__(self, daemon: Daemon):
-        self.commits: list[tuple[float, float]] = []  # (committed, earliest detected_at)
+        self.commits: list[tuple[float, float, str]] = []  # (committed, earliest detected_at, kind)
         self.event = threading.Event()
         self.others: list[dict] = []
-        original = daemon.store.open_incident
+        self.pending: tuple | None = None  # the crash group handle_crash is on, until its first write
+        import ddtreed.loop.daemon as daemon_module
 
-        def open_incident(trigger, crashes, *args, **kwargs):
-            incident_id = original(trigger, crashes, *args, **kwargs)
+        handle_crash = daemon_module.handle_crash
+
+        def handle(loop, crashes, *args, **kwargs):
+            self.pending = tuple(crashes)
+            try:
+                return handle_crash(loop, crashes, *args, **kwargs)
+            finally:
+                self.pending = None
+
+        daemon_module.handle_crash = handle
+        self._restore = lambda: setattr(daemon_module, "handle_crash", handle_crash)
+        for name, kind in (("open_incident", "new"), ("record_recurrence", "recurrence")):
+            self._wrap(daemon.store, name, kind)
+
+    def _wrap(self, store, name: str, kind: str) -> None:
+        original = getattr(store, name)
+
+        def write(*args, **kwargs):
+            result = original(*args, **kwargs)
+            crashes, self.pending = self.pending, None
+            if crashes is None:  # not the first write for a crash group
+                return result
             if any(c.kind == "traceback" for c in crashes):  # the cue's founding traceback
                 detected = min((c.detected_at for c in crashes if c.detected_at), default=float("nan"))
-                self.commits.append((time.time(), detected))
+                self.commits.append((time.time(), detected, kind))
                 self.event.set()
-            else:  # e.g. a probe that timed out on a loaded box: not a detection, reported apart
-                self.others.append({"kind": crashes[0].kind, "message": crashes[0].message[:200]})
-            return incident_id
+            else:
+                self.others.append({"kind": crashes[0].kind, "message": crashes[0].message[:200], "write": name})
+            return result
 
-        daemon.store.open_incident = open_incident
+        setattr(store, name, write)
+
+    def close(self) -> None:
+        self._restore()
 
 
 def crash_stamps(path: Path) -> list[float]:
@@ -82,8 +115,8 @@ def crash_stamps(path: Path) -> list[float]:
 
 
 def measure(directory: Path, events: int, lines_per_s: float,
-            misses: list[dict]) -> list[tuple[float, float, float]]:
-    """(total, read, record) in seconds per event, through one daemon life."""
+            misses: list[dict]) -> list[tuple[float, float, float, str]]:
+    """(total, read, record, kind) in seconds per event, through one daemon life."""
     config = load(write_config(directory, lines_per_s))
     marks = directory / "service-events.txt"
     daemon = Daemon(config)
@@ -110,7 +143,7 @@ def measure(directory: Path, events: int, lines_per_s: float,
                                "crash_written": len(crash_stamps(marks)) > stamps_before})
                 print(f"detection_latency: no incident for event {index}: {misses[-1]}", file=sys.stderr)
                 continue
-            committed, detected = probe.commits[before]
+            committed, detected, kind = probe.commits[before]
             stamp_deadline = time.monotonic() + 10
             while len(crash_stamps(marks)) <= stamps_before and time.monotonic() < stamp_deadline:
                 time.sleep(0.005)
@@ -118,10 +151,11 @@ def measure(directory: Path, events: int, lines_per_s: float,
                 misses.append({"event": index, "reason": "incident without the service's crash stamp"})
                 continue
             written = crash_stamps(marks)[stamps_before]
-            samples.append((committed - written, detected - written, committed - detected))
+            samples.append((committed - written, detected - written, committed - detected, kind))
     finally:
         daemon.request_stop()
         thread.join(30)
+        probe.close()
         misses += [{"other_incident": other} for other in probe.others]
     return samples
 
@@ -159,7 +193,7 @@ def baseline(directory: Path, events: int) -> list[float]:
     return values
 
 
-def summarise(runs: list[list[tuple[float, float, float]]], prefix: str) -> dict:
+def summarise(runs: list[list[tuple[float, float, float, str]]], prefix: str) -> dict:
     out: dict = {}
     for index, part in ((0, "detect"), (1, "read"), (2, "record")):
         per_run = [[sample[index] * 1000 for sample in run] for run in runs]
@@ -168,6 +202,13 @@ def summarise(runs: list[list[tuple[float, float, float]]], prefix: str) -> dict
             out[f"{part}_{label}_ms_{prefix}"] = spread(values, digits=3)
             out[f"{part}_{label}_ms_{prefix}_per_run"] = [round(v, 3) for v in values]
         out[f"{part}_max_ms_{prefix}"] = round(max(max(run) for run in per_run), 3)
+    for kind in ("new", "recurrence"):  # a new incident's row / a crash loop's `recurred` step
+        per_run = [[sample[0] * 1000 for sample in run if sample[3] == kind] for run in runs]
+        out[f"events_{kind}_{prefix}"] = sum(len(run) for run in per_run)
+        if all(per_run):
+            for label, fraction in (("p50", 0.5), ("p99", 0.99)):
+                out[f"detect_{label}_ms_{prefix}_{kind}"] = spread(
+                    [percentile(run, fraction) for run in per_run], digits=3)
     return out
 
 
@@ -182,7 +223,8 @@ def main() -> None:
     quiet_logs(50)
     result: dict = {"benchmark": "detection_latency",
                     "code_path": "Daemon.run in-process (ServiceRun.pump(0.2) -> handle_crash -> "
-                                 "DurableStore.open_incident), real service process, probe on open_incident",
+                                 "DurableStore.open_incident, or record_recurrence for a crash loop's "
+                                 "next crash), real service process, probe on both",
                     "baseline": "bare Follower(min_read_interval_s=0) on a file another process writes: "
                                 "write -> read",
                     "events_per_run": args.events, "runs": args.runs,

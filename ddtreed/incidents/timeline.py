@@ -55,6 +55,17 @@ class IncidentsMixin(StoreBase):
             return int(db.execute("SELECT COUNT(*) FROM steps WHERE incident_id = ? AND step = 'recurred'",
                                   [incident_id]).fetchone()[0])
 
+    def amend_recurrence(self, incident_id: int, detail: str = "",
+                         evidence: Mapping[str, Any] | None = None) -> None:
+        """The newest `recurred` step of the incident, told again: it is recorded when the crash is
+        read, and how the service ended (exit code, the last lines) is known only after the stop."""
+        data = {"evidence": dict(evidence)} if evidence else None
+        with self.atomic() as db:
+            self._require(db, "incident", incident_id)
+            db.execute("UPDATE steps SET detail = ?, data = ? WHERE id = (SELECT MAX(id) FROM steps "
+                       "WHERE incident_id = ? AND step = 'recurred')",
+                       [encode.text(detail or "the same crash again"), encode.dumps(data), incident_id])
+
     def add_step(self, incident_id: int, step: str, detail: str = "",
                  data: Mapping[str, Any] | None = None, at: float | None = None) -> None:
         if not _STEP_NAME.match(step):
