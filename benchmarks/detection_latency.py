@@ -21,7 +21,9 @@ runs of `--events` events each; prints ONE JSON object with p50/p99/max per run 
 min/median/max over the runs, split into read (write → the chunk read: the crash's
 `detected_at`) and record (read → commit), and by kind (`_new`, `_recurrence`). The same-run
 baseline is a bare `Follower` waiting on the same file with pacing off (`min_read_interval_s=0`)
-in this process: write → read only.
+in this process: write → read only. Beside it, the disk's own floor under any durable commit:
+an 8 KiB append and `fdatasync` in the same directory (`fsync_floor_*`). `--restart-window-s
+0.001` makes every cue a new incident (the `open_incident` path alone).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ SERVICE = Path(__file__).resolve().parent / "bench_service.py"
 GOALS_MS = {"idle": 5.0, "hogs": 25.0}
 
 
-def write_config(directory: Path, lines_per_s: float) -> Path:
+def write_config(directory: Path, lines_per_s: float, restart_window_s: float = 1.0) -> Path:
     port = free_port()
     marks = directory / "service-events.txt"
     base = load(fast_service.write_config(directory, port=port))
@@ -55,7 +57,7 @@ def write_config(directory: Path, lines_per_s: float) -> Path:
             "--lines-per-s", str(lines_per_s), "--events", str(marks)]
     return fast_service.write_config(directory, port=port, service={"argv": argv},
                                      policy={"mode": "off", "max_restarts": 100000,
-                                             "restart_window_s": 1.0})
+                                             "restart_window_s": restart_window_s})
 
 
 class Probe:
@@ -115,9 +117,9 @@ def crash_stamps(path: Path) -> list[float]:
 
 
 def measure(directory: Path, events: int, lines_per_s: float,
-            misses: list[dict]) -> list[tuple[float, float, float, str]]:
+            misses: list[dict], restart_window_s: float = 1.0) -> list[tuple[float, float, float, str]]:
     """(total, read, record, kind) in seconds per event, through one daemon life."""
-    config = load(write_config(directory, lines_per_s))
+    config = load(write_config(directory, lines_per_s, restart_window_s))
     marks = directory / "service-events.txt"
     daemon = Daemon(config)
     probe = Probe(daemon)
@@ -193,6 +195,24 @@ def baseline(directory: Path, events: int) -> list[float]:
     return values
 
 
+def fsync_floor(directory: Path, events: int) -> list[float]:
+    """What one durable append costs on this disk, in the run's own directory: an 8 KiB write at
+    the end of a file, then `fdatasync` (the WAL commit of a new incident is one of these)."""
+    path = directory / "fsync-floor.bin"
+    descriptor = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+    block, values = os.urandom(8192), []
+    try:
+        for _ in range(events):
+            os.write(descriptor, block)
+            started = time.perf_counter()
+            os.fdatasync(descriptor)
+            values.append(time.perf_counter() - started)
+    finally:
+        os.close(descriptor)
+        path.unlink()
+    return values
+
+
 def summarise(runs: list[list[tuple[float, float, float, str]]], prefix: str) -> dict:
     out: dict = {}
     for index, part in ((0, "detect"), (1, "read"), (2, "record")):
@@ -219,6 +239,9 @@ def main() -> None:
     parser.add_argument("--hogs", type=int, default=2)
     parser.add_argument("--lines-per-s", type=float, default=20.0, help="background decode lines")
     parser.add_argument("--conditions", default="idle,hogs")
+    parser.add_argument("--restart-window-s", type=float, default=1.0,
+                        help="the policy's restart window: a cue within it of the last one is a recurrence "
+                             "(0.001: every cue a new incident)")
     args = parser.parse_args()
     quiet_logs(50)
     result: dict = {"benchmark": "detection_latency",
@@ -228,7 +251,9 @@ def main() -> None:
                     "baseline": "bare Follower(min_read_interval_s=0) on a file another process writes: "
                                 "write -> read",
                     "events_per_run": args.events, "runs": args.runs,
-                    "background_lines_per_s": args.lines_per_s, "hogs": args.hogs}
+                    "background_lines_per_s": args.lines_per_s, "hogs": args.hogs,
+                    "restart_window_s": args.restart_window_s,
+                    "fsync_floor": "8 KiB append + fdatasync in the run's directory, same run"}
     with tempfile.TemporaryDirectory(prefix="ddtreed-detect-") as root:
         root = Path(root)
         for condition in args.conditions.split(","):
@@ -238,12 +263,15 @@ def main() -> None:
                 for run in range(args.runs):
                     directory = root / f"{condition}-{run}"
                     directory.mkdir()
-                    runs.append(measure(directory, args.events, args.lines_per_s, misses))
+                    runs.append(measure(directory, args.events, args.lines_per_s, misses, args.restart_window_s))
                 bare = baseline(root / f"{condition}-0", args.events)
+                floor = fsync_floor(root / f"{condition}-0", max(args.events, 50))
             result.update(summarise(runs, condition))
             result[f"missed_events_{condition}"] = misses
             result[f"baseline_read_p50_ms_{condition}"] = round(percentile([v * 1000 for v in bare], 0.5), 3)
             result[f"baseline_read_p99_ms_{condition}"] = round(percentile([v * 1000 for v in bare], 0.99), 3)
+            result[f"fsync_floor_p50_ms_{condition}"] = round(percentile([v * 1000 for v in floor], 0.5), 3)
+            result[f"fsync_floor_p99_ms_{condition}"] = round(percentile([v * 1000 for v in floor], 0.99), 3)
             result[f"load_{condition}"] = {"before": load_before, "after": load_info()}
             goal = GOALS_MS.get(condition)
             if goal is not None:

@@ -177,9 +177,10 @@ def _insert(db, table: str, row: Mapping[str, Any]) -> int:
     """One plain INSERT; the new row's id. (sqlite-utils' `insert` also reads `sqlite_master`
     three times and wraps a savepoint around it: 8 statements instead of 1 on the way to the
     incident row.) Every value here is already text, a number or NULL."""
-    columns = ", ".join(f'"{name}"' for name in row)
-    marks = ", ".join("?" for _ in row)
-    cursor = db.conn.execute(f'INSERT INTO "{table}" ({columns}) VALUES ({marks})', list(row.values()))
+    names = sorted(row)  # sqlite-utils' order: tools that read the SQL trace find `step` last
+    columns = ", ".join(f'"{name}"' for name in names)
+    marks = ", ".join("?" for _ in names)
+    cursor = db.conn.execute(f'INSERT INTO "{table}" ({columns}) VALUES ({marks})', [row[name] for name in names])
     return int(cursor.lastrowid)
 
 
