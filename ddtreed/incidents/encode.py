@@ -40,8 +40,18 @@ def clean_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return {key: text(value) if isinstance(value, str) else value for key, value in row.items()}
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
     """Dataclasses, mappings and tuples as JSON-ready dicts and lists."""
+    kind = type(value)
+    if kind in _SCALARS:  # most of a crash record: returned before the dataclass and ABC checks
+        return value
+    if kind is dict:
+        return {str(key): _plain(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [_plain(item) for item in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
