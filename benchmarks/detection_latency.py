@@ -6,17 +6,24 @@ Code path timed: the real `ddtreed.loop.daemon.Daemon` (built from a real config
 serves HTTP. On cue (SIGUSR2) the service writes the founding traceback of its two TP ranks (the
 last exception line in a second write) and stamps the time that write returned. The daemon does
 what it always does: `ServiceRun.pump(0.2)` (follower, assembler, milestones) → `handle_crash`:
-lifecycle (status file writes) → `RuleSet.diagnose` → `DurableStore.open_incident` (SQLite
-commit). The only addition is a probe around the daemon's `store.open_incident` that notes the
-time it returned. Then the daemon stops the service, records, and (policy `off`) relaunches it
-unchanged; the next cue follows once it is `running` again, after a random 0–100 ms, so that the
-cue lands anywhere between two paced reads of the background traffic.
+`RuleSet.diagnose` → the first durable write for the crash (SQLite commit, WAL, synchronous=FULL):
+`DurableStore.open_incident` for a new incident, `record_recurrence` for the next crash of an
+incident still open (policy `off` leaves it open, so within `restart_window_s` every other cue is
+one). The only addition is a probe around those two calls that notes when they returned (and
+around `handle_crash`, to know which crash a write is for). Every event is timed: on code that
+records a recurrence only after the stop (up to de76d0a) those events include the stop. Then
+the daemon stops the service, records, and relaunches it unchanged; the next cue follows once it
+is `running` again, after a random 0–100 ms, so that the cue lands anywhere between two paced
+reads of the background traffic.
 
 Per condition (`idle`: no hogs of ours; `hogs`: two processes spinning on both cores) `--runs`
 runs of `--events` events each; prints ONE JSON object with p50/p99/max per run and
 min/median/max over the runs, split into read (write → the chunk read: the crash's
-`detected_at`) and record (read → commit). The same-run baseline is a bare `Follower` waiting on
-the same file with pacing off (`min_read_interval_s=0`) in this process: write → read only.
+`detected_at`) and record (read → commit), and by kind (`_new`, `_recurrence`). The same-run
+baseline is a bare `Follower` waiting on the same file with pacing off (`min_read_interval_s=0`)
+in this process: write → read only. Beside it, the disk's own floor under any durable commit:
+an 8 KiB append and `fdatasync` in the same directory (`fsync_floor_*`). `--restart-window-s
+0.001` makes every cue a new incident (the `open_incident` path alone).
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ SERVICE = Path(__file__).resolve().parent / "bench_service.py"
 GOALS_MS = {"idle": 5.0, "hogs": 25.0}
 
 
-def write_config(directory: Path, lines_per_s: float) -> Path:
+def write_config(directory: Path, lines_per_s: float, restart_window_s: float = 1.0) -> Path:
     port = free_port()
     marks = directory / "service-events.txt"
     base = load(fast_service.write_config(directory, port=port))
@@ -50,29 +57,57 @@ def write_config(directory: Path, lines_per_s: float) -> Path:
             "--lines-per-s", str(lines_per_s), "--events", str(marks)]
     return fast_service.write_config(directory, port=port, service={"argv": argv},
                                      policy={"mode": "off", "max_restarts": 100000,
-                                             "restart_window_s": 1.0})
+                                             "restart_window_s": restart_window_s})
 
 
 class Probe:
-    """Wraps the daemon's `store.open_incident`: when it returned, and the crashes' read time."""
+    """When the daemon's first durable write for a crash returned: `store.open_incident` for a new
+    incident, `store.record_recurrence` for the next crash of a still-open one (a crash loop's;
+    with policy `off` every other cue is one). `handle_crash` is wrapped only to know which crash
+    group the write is for (its earliest `detected_at`); a group that is not the cue's founding
+    traceback (e.g. a probe that timed out on a loaded box) is reported apart."""
 
     def __init__(self, daemon: Daemon):
-        self.commits: list[tuple[float, float]] = []  # (committed, earliest detected_at)
+        self.commits: list[tuple[float, float, str]] = []  # (committed, earliest detected_at, kind)
         self.event = threading.Event()
         self.others: list[dict] = []
-        original = daemon.store.open_incident
+        self.pending: tuple | None = None  # the crash group handle_crash is on, until its first write
+        import ddtreed.loop.daemon as daemon_module
 
-        def open_incident(trigger, crashes, *args, **kwargs):
-            incident_id = original(trigger, crashes, *args, **kwargs)
+        handle_crash = daemon_module.handle_crash
+
+        def handle(loop, crashes, *args, **kwargs):
+            self.pending = tuple(crashes)
+            try:
+                return handle_crash(loop, crashes, *args, **kwargs)
+            finally:
+                self.pending = None
+
+        daemon_module.handle_crash = handle
+        self._restore = lambda: setattr(daemon_module, "handle_crash", handle_crash)
+        for name, kind in (("open_incident", "new"), ("record_recurrence", "recurrence")):
+            self._wrap(daemon.store, name, kind)
+
+    def _wrap(self, store, name: str, kind: str) -> None:
+        original = getattr(store, name)
+
+        def write(*args, **kwargs):
+            result = original(*args, **kwargs)
+            crashes, self.pending = self.pending, None
+            if crashes is None:  # not the first write for a crash group
+                return result
             if any(c.kind == "traceback" for c in crashes):  # the cue's founding traceback
                 detected = min((c.detected_at for c in crashes if c.detected_at), default=float("nan"))
-                self.commits.append((time.time(), detected))
+                self.commits.append((time.time(), detected, kind))
                 self.event.set()
-            else:  # e.g. a probe that timed out on a loaded box: not a detection, reported apart
-                self.others.append({"kind": crashes[0].kind, "message": crashes[0].message[:200]})
-            return incident_id
+            else:
+                self.others.append({"kind": crashes[0].kind, "message": crashes[0].message[:200], "write": name})
+            return result
 
-        daemon.store.open_incident = open_incident
+        setattr(store, name, write)
+
+    def close(self) -> None:
+        self._restore()
 
 
 def crash_stamps(path: Path) -> list[float]:
@@ -82,9 +117,9 @@ def crash_stamps(path: Path) -> list[float]:
 
 
 def measure(directory: Path, events: int, lines_per_s: float,
-            misses: list[dict]) -> list[tuple[float, float, float]]:
-    """(total, read, record) in seconds per event, through one daemon life."""
-    config = load(write_config(directory, lines_per_s))
+            misses: list[dict], restart_window_s: float = 1.0) -> list[tuple[float, float, float, str]]:
+    """(total, read, record, kind) in seconds per event, through one daemon life."""
+    config = load(write_config(directory, lines_per_s, restart_window_s))
     marks = directory / "service-events.txt"
     daemon = Daemon(config)
     probe = Probe(daemon)
@@ -110,7 +145,7 @@ def measure(directory: Path, events: int, lines_per_s: float,
                                "crash_written": len(crash_stamps(marks)) > stamps_before})
                 print(f"detection_latency: no incident for event {index}: {misses[-1]}", file=sys.stderr)
                 continue
-            committed, detected = probe.commits[before]
+            committed, detected, kind = probe.commits[before]
             stamp_deadline = time.monotonic() + 10
             while len(crash_stamps(marks)) <= stamps_before and time.monotonic() < stamp_deadline:
                 time.sleep(0.005)
@@ -118,10 +153,11 @@ def measure(directory: Path, events: int, lines_per_s: float,
                 misses.append({"event": index, "reason": "incident without the service's crash stamp"})
                 continue
             written = crash_stamps(marks)[stamps_before]
-            samples.append((committed - written, detected - written, committed - detected))
+            samples.append((committed - written, detected - written, committed - detected, kind))
     finally:
         daemon.request_stop()
         thread.join(30)
+        probe.close()
         misses += [{"other_incident": other} for other in probe.others]
     return samples
 
@@ -159,7 +195,25 @@ def baseline(directory: Path, events: int) -> list[float]:
     return values
 
 
-def summarise(runs: list[list[tuple[float, float, float]]], prefix: str) -> dict:
+def fsync_floor(directory: Path, events: int) -> list[float]:
+    """What one durable append costs on this disk, in the run's own directory: an 8 KiB write at
+    the end of a file, then `fdatasync` (the WAL commit of a new incident is one of these)."""
+    path = directory / "fsync-floor.bin"
+    descriptor = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+    block, values = os.urandom(8192), []
+    try:
+        for _ in range(events):
+            os.write(descriptor, block)
+            started = time.perf_counter()
+            os.fdatasync(descriptor)
+            values.append(time.perf_counter() - started)
+    finally:
+        os.close(descriptor)
+        path.unlink()
+    return values
+
+
+def summarise(runs: list[list[tuple[float, float, float, str]]], prefix: str) -> dict:
     out: dict = {}
     for index, part in ((0, "detect"), (1, "read"), (2, "record")):
         per_run = [[sample[index] * 1000 for sample in run] for run in runs]
@@ -168,6 +222,13 @@ def summarise(runs: list[list[tuple[float, float, float]]], prefix: str) -> dict
             out[f"{part}_{label}_ms_{prefix}"] = spread(values, digits=3)
             out[f"{part}_{label}_ms_{prefix}_per_run"] = [round(v, 3) for v in values]
         out[f"{part}_max_ms_{prefix}"] = round(max(max(run) for run in per_run), 3)
+    for kind in ("new", "recurrence"):  # a new incident's row / a crash loop's `recurred` step
+        per_run = [[sample[0] * 1000 for sample in run if sample[3] == kind] for run in runs]
+        out[f"events_{kind}_{prefix}"] = sum(len(run) for run in per_run)
+        if all(per_run):
+            for label, fraction in (("p50", 0.5), ("p99", 0.99)):
+                out[f"detect_{label}_ms_{prefix}_{kind}"] = spread(
+                    [percentile(run, fraction) for run in per_run], digits=3)
     return out
 
 
@@ -178,15 +239,21 @@ def main() -> None:
     parser.add_argument("--hogs", type=int, default=2)
     parser.add_argument("--lines-per-s", type=float, default=20.0, help="background decode lines")
     parser.add_argument("--conditions", default="idle,hogs")
+    parser.add_argument("--restart-window-s", type=float, default=1.0,
+                        help="the policy's restart window: a cue within it of the last one is a recurrence "
+                             "(0.001: every cue a new incident)")
     args = parser.parse_args()
     quiet_logs(50)
     result: dict = {"benchmark": "detection_latency",
                     "code_path": "Daemon.run in-process (ServiceRun.pump(0.2) -> handle_crash -> "
-                                 "DurableStore.open_incident), real service process, probe on open_incident",
+                                 "DurableStore.open_incident, or record_recurrence for a crash loop's "
+                                 "next crash), real service process, probe on both",
                     "baseline": "bare Follower(min_read_interval_s=0) on a file another process writes: "
                                 "write -> read",
                     "events_per_run": args.events, "runs": args.runs,
-                    "background_lines_per_s": args.lines_per_s, "hogs": args.hogs}
+                    "background_lines_per_s": args.lines_per_s, "hogs": args.hogs,
+                    "restart_window_s": args.restart_window_s,
+                    "fsync_floor": "8 KiB append + fdatasync in the run's directory, same run"}
     with tempfile.TemporaryDirectory(prefix="ddtreed-detect-") as root:
         root = Path(root)
         for condition in args.conditions.split(","):
@@ -196,12 +263,15 @@ def main() -> None:
                 for run in range(args.runs):
                     directory = root / f"{condition}-{run}"
                     directory.mkdir()
-                    runs.append(measure(directory, args.events, args.lines_per_s, misses))
+                    runs.append(measure(directory, args.events, args.lines_per_s, misses, args.restart_window_s))
                 bare = baseline(root / f"{condition}-0", args.events)
+                floor = fsync_floor(root / f"{condition}-0", max(args.events, 50))
             result.update(summarise(runs, condition))
             result[f"missed_events_{condition}"] = misses
             result[f"baseline_read_p50_ms_{condition}"] = round(percentile([v * 1000 for v in bare], 0.5), 3)
             result[f"baseline_read_p99_ms_{condition}"] = round(percentile([v * 1000 for v in bare], 0.99), 3)
+            result[f"fsync_floor_p50_ms_{condition}"] = round(percentile([v * 1000 for v in floor], 0.5), 3)
+            result[f"fsync_floor_p99_ms_{condition}"] = round(percentile([v * 1000 for v in floor], 0.99), 3)
             result[f"load_{condition}"] = {"before": load_before, "after": load_info()}
             goal = GOALS_MS.get(condition)
             if goal is not None:

@@ -24,7 +24,7 @@ RETRY_INITIAL_S = 1.0
 RETRY_MAX_S = 30.0
 # Writes whose record belongs to a database that had to be replaced: the incident is gone with the
 # old file; losing one step beats stopping the supervisor.
-_LOSABLE = frozenset({"add_step", "finish", "set_diagnosis", "set_remediation", "mark_application",
+_LOSABLE = frozenset({"add_step", "amend_recurrence", "finish", "set_diagnosis", "set_remediation", "mark_application",
                       "freeze", "set_degraded", "add_accept_sample", "record_canary_run",
                       "together"})  # the daemon batches only writes of the above kinds
 

@@ -98,8 +98,10 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
         incident_id = store.open_incident(
             "canary" if crashes[0].kind == "canary" else "crash", crashes, diagnosis.signature,
             diagnosis.match, loop.context, detected_at=detected_at, service=service_name(loop))
-    else:  # a crash loop of one cause: the same incident again, counted
-        incident_id = recurring
+    else:  # a crash loop of one cause: the same incident again, counted (on disk before the stop,
+        incident_id = recurring  # as a new incident's row is: a crash a power cut hides is none)
+        early = service_evidence(loop, crashes, exit_status, phase)
+        recurrences = store.record_recurrence(incident_id, _recurrence_detail(early), early)
     loop.lifecycle.enter("crashed", "service failed")  # published once the row exists: no writes before it
     loop.lifecycle.enter("diagnosing", "service failed: diagnosing")
     loop.publish(current_incident_id=incident_id)  # at detection, not after the stop
@@ -125,8 +127,9 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
         said = service_evidence(loop, crashes, exit_status or stopped, phase)
         match = diagnosis.match
         if recurring is not None:
-            count = store.record_recurrence(incident_id, _recurrence_detail(said), said)
-            log.error("incident_recurred", recurrences=count, category=match.category, rule=match.rule_id,
+            if said != early:  # what the stop told (the exit code, the last lines) joins the step
+                store.amend_recurrence(incident_id, _recurrence_detail(said), said)
+            log.error("incident_recurred", recurrences=recurrences, category=match.category, rule=match.rule_id,
                       last_error=said.get("last_error"))
         else:
             log.error("incident_opened", category=match.category, rule=match.rule_id, diagnosis=match.diagnosis,
