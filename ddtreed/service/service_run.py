@@ -168,6 +168,9 @@ class ServiceRun:
 def tail_of(chunk):
     """The chunk's last TAIL_LINES lines: all that a `ServiceOutput` keeps of it (its tails hold the
     newest TAIL_LINES lines, fewer when they pass TAIL_BYTES), without a per-line loop over the rest."""
+    tail = getattr(chunk, "tail", None)  # a follower's BlockChunk: without splitting the rest at all
+    if tail is not None:
+        return tail(TAIL_LINES)
     if len(chunk.lines) <= TAIL_LINES:
         return chunk
     return replace(chunk, first_number=chunk.first_number + len(chunk.lines) - TAIL_LINES,
