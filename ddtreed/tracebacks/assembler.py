@@ -90,16 +90,24 @@ class Assembler:
             first_hit = match.start()
         previous = -1
         every_line = _level_open(state) or scan.LEVEL_TRACEBACK.search(data) is not None
-        if every_line or text is not None:
+        starts = None
+        if every_line or text is not None or state.busy:
+            # A traceback in progress reads most lines (every body line): split them all at once.
+            if text is None:
+                text = chunk.text  # `data` decoded: its count of newlines is the faster one
             count, access = len(chunk.lines), chunk.lines
             selected = (((index, -1) for index in range(count)) if every_line
                         else scan.candidate_starts(data, state, first_hit, text))
-        else:  # the lines the scan selects, each decoded from its own bytes
-            count, access = chunk.line_count, _BlockLines(data)
-            selected = access.noting(scan.candidate_starts(data, state, first_hit))
+        else:  # the few lines the scan selects, each decoded from its own bytes
+            count = chunk.line_count  # type: ignore[attr-defined]
+            access = _BlockLines(chunk, data, count)
+            starts = access.starts
+            selected = scan.candidate_starts(data, state, first_hit)
         self._current = (chunk, access)
         try:
-            for index, _start in selected:
+            for index, start in selected:
+                if starts is not None:
+                    starts[index] = start
                 if index > previous + 1:
                     self._ordinary(state, chunk.received_at)
                 self._line(state, chunk, index)
@@ -433,27 +441,38 @@ class Assembler:
 
 class _BlockLines:
     """A BlockChunk's lines by index, each decoded from its own bytes when asked: the assembler
-    reads the lines the scan selects (their starts noted as it hands them out) and, at a traceback
-    header, the few before it. A line of the whole decoded text is the same (ddtreed.logs.follower)."""
+    reads the lines the scan selects (`starts`, noted as it hands them out) and, at a traceback
+    header, the few before it. A line of the whole decoded text is the same (ddtreed.logs.follower).
+    Once more than a sixteenth of them were asked for (a traceback flood: every body line is), the
+    chunk's lines are split in one go instead."""
 
-    def __init__(self, data: bytes):
-        self._data = data
-        self._starts: dict[int, int] = {}
+    def __init__(self, chunk: LogChunk, data: bytes, count: int):
+        self._chunk, self._data = chunk, data
+        self.starts: dict[int, int] = {}  # index -> where the line starts, as the scan hands them out
+        self._left = max(8, count // 16)  # lines decoded one by one before splitting them all
+        self._all: tuple[str, ...] | None = None
 
-    def noting(self, selected):
-        for index, start in selected:
-            self._starts[index] = start
-            yield index, start
+    def _split(self) -> tuple[str, ...]:
+        self._all = self._chunk.lines
+        return self._all
 
     def __getitem__(self, index: int) -> str:
-        start = self._starts[index]
+        if self._all is not None:
+            return self._all[index]
+        self._left -= 1
+        if self._left < 0:
+            return self._split()[index]
+        start = self.starts[index]
         end = self._data.find(b"\n", start)
         return (self._data[start:] if end < 0 else self._data[start:end]).decode("utf-8", "replace")
 
     def before(self, index: int, count: int) -> tuple[str, ...]:
         """Lines max(0, index - count) to index - 1, read back from the start of line `index`."""
+        self._left -= count
+        if self._all is not None or self._left < 0:
+            return (self._all or self._split())[max(0, index - count):index]
         found: list[str] = []
-        end = self._starts[index] - 1  # the newline that ends the line before
+        end = self.starts[index] - 1  # the newline that ends the line before
         while len(found) < min(count, index):
             start = self._data.rfind(b"\n", 0, end) + 1
             found.append(self._data[start:end].decode("utf-8", "replace"))
