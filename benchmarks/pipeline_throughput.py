@@ -43,7 +43,8 @@ PUMP_TIMEOUT_S = 0.2  # Daemon._watch: self.service.pump(TURN_S)
 
 
 class CountingFeed:
-    """The follower `ServiceRun.start` opens, counting the lines its reads hand out."""
+    """The follower `ServiceRun.start` opens, counting the lines its reads hand out: by the count a
+    `BlockChunk` carries, so that counting does not split lines the daemon never splits."""
 
     def __init__(self, follower):
         self.follower, self.lines, self.reads = follower, 0, 0
@@ -52,7 +53,8 @@ class CountingFeed:
         chunks = self.follower.read()
         self.reads += 1
         for chunk in chunks:
-            self.lines += len(chunk.lines)
+            count = getattr(chunk, "line_count", None)
+            self.lines += len(chunk.lines) if count is None else count
         return chunks
 
     def wait(self, timeout: float) -> bool:

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from ddtreed.incidents.stderr_tail import TAIL_LINES, ServiceOutput
 from ddtreed.records import LogChunk
-from ddtreed.service.service_run import tail_of
+from ddtreed.logs.follower import BlockChunk
+from ddtreed.service.service_run import tail_of, tails_of
 
 LINE = st.one_of(st.text(max_size=30), st.text(min_size=400, max_size=900),  # long: the byte bound trims
                  st.sampled_from(["RuntimeError: boom", "[2026-07-28 10:00:00 TP0] Decode batch", ""]))
@@ -32,3 +33,45 @@ def test_a_long_chunk_is_cut_to_its_last_lines_with_their_numbers():
     lines = tuple(f"line {index}" for index in range(1, 1001))
     tail = tail_of(LogChunk("err", 1, lines, 0.0, "\n".join(lines)))
     assert tail.lines == lines[-TAIL_LINES:] and tail.first_number == 1001 - TAIL_LINES
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.booleans(), st.booleans(),
+                                   st.lists(LINE, min_size=1, max_size=2 * TAIL_LINES)), max_size=8), max_size=4))
+def test_a_read_hands_only_the_newest_chunks_of_each_source_and_the_tails_are_the_same(reads):
+    """`tails_of` (what the pump feeds after each read): per source only the chunks that hold its
+    last TAIL_LINES lines, follower BlockChunks among them."""
+    every, tails = ServiceOutput(["err"], ["out"]), ServiceOutput(["err"], ["out"])
+    number = 1
+    for read in reads:
+        chunks = []
+        for on_stderr, as_block, lines in read:
+            lines = [line.replace("\n", " ").replace("\r", " ") for line in lines]
+            source = "err" if on_stderr else "out"
+            text = "\n".join(lines)
+            chunks.append(BlockChunk.of(source, number, text.encode("utf-8", "surrogatepass"), 0.0) if as_block
+                          else LogChunk(source, number, tuple(lines), 0.0, text))
+            number += len(lines)
+        for chunk in chunks:
+            every.feed(LogChunk(chunk.source, chunk.first_number, tuple(chunk.lines), 0.0))
+        for tail in tails_of(chunks):
+            tails.feed(tail)
+        assert (tails.stderr.lines(), tails.stdout.lines()) == (every.stderr.lines(), every.stdout.lines())
+    assert tails.evidence(exit_code=1) == every.evidence(exit_code=1)
+
+
+def test_of_a_long_read_only_the_last_chunks_are_cut_and_handed_on():
+    chunks = [LogChunk("out", 1 + 100 * index, tuple(f"line {100 * index + n}" for n in range(100)), 0.0)
+              for index in range(16)] + [LogChunk("err", 9999, ("one error",), 0.0)]
+    handed = tails_of(chunks)
+    assert [(tail.source, tail.first_number, len(tail.lines)) for tail in handed] == \
+        [("out", 1561, TAIL_LINES), ("err", 9999, 1)]
+
+
+def test_a_short_newest_chunk_takes_the_lines_before_it_from_the_chunk_before():
+    first = LogChunk("err", 1, tuple(f"old {n}" for n in range(50)), 0.0)
+    last = LogChunk("err", 51, tuple(f"new {n}" for n in range(35)), 0.0)
+    tails = ServiceOutput(["err"], ["out"])
+    for tail in tails_of([first, last]):
+        tails.feed(tail)
+    assert tails.stderr.lines() == [f"old {n}" for n in range(45, 50)] + [f"new {n}" for n in range(35)]

@@ -28,7 +28,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import structlog
 
@@ -39,6 +39,15 @@ log = structlog.get_logger(__name__)
 _DECODE = re.compile(r"Decode batch, (?P<body>.*)")
 _FIELD = re.compile(r"(?P<key>#?[a-z][a-z \-]*(?: \(token/s\))?): (?P<value>[^,]+)")
 _RANK = re.compile(r"^\[[^\]]*?((?: (?:DP|PP|TP|EP)\d+)+)\]")
+# SGLang's decode line as 0.5.16 prints it, with and without speculative decoding, from its body to
+# the end of the line: (accept len or "", cuda graph). It holds one "Decode batch, " and each key
+# once, so where a chunk holds as many matches as "Decode batch, "s, each decode line is one match
+# and its two values are those `decode_fields` reads (tests/test_serving_feed_fields.py).
+_DECODE_MARK = "Decode batch, "
+_STRICT_DECODE = re.compile(
+    r"Decode batch, #running-req: [0-9]+, #token: [0-9]+, token usage: [0-9]+\.[0-9]+, "
+    r"(?:accept len: ([0-9]+\.[0-9]+), accept rate: [0-9]+\.[0-9]+, )?cuda graph: (True|False), "
+    r"gen throughput \(token/s\): [0-9]+\.[0-9]+, #queue-req: [0-9]+$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,25 @@ def _field(line: str, start: int, key: str) -> str | None:
     end = line.find(",", value_at)
     value = (line[value_at:] if end < 0 else line[value_at:end]).strip()
     return value or None
+
+
+class _DecodeLines:
+    """The text of a chunk's decode line by its ordinal (of `count`, each line one mark), found
+    from the chunk's end when asked: the lines wanted are the last few, but for an event."""
+
+    def __init__(self, text: str, count: int):
+        self._text, self._count = text, count
+        self._marks: list[int] = []  # where the marks are, from the last one backwards
+        self._before = len(text)
+
+    def text(self, ordinal: int) -> str:
+        back = self._count - 1 - ordinal
+        while len(self._marks) <= back:
+            self._before = self._text.rfind(_DECODE_MARK, 0, self._before)
+            self._marks.append(self._before)
+        at = self._marks[back]
+        start, end = self._text.rfind("\n", 0, at) + 1, self._text.find("\n", at)
+        return self._text[start:] if end < 0 else self._text[start:end]
 
 
 def _int(text: str | None) -> int | None:
@@ -200,14 +228,25 @@ class ServingWatch:
         return parse_decode_line(self._last_line) if self._last_line is not None else None
 
     def feed(self, chunk: LogChunk) -> list[ServingEvent]:
-        """`str.find` over the chunk finds its decode lines; of each only `accept len` and
-        `cuda graph` are read (`decode_fields`: what `parse_decode_line` would give for them), so
-        a serving daemon does not pay a full parse of every decode line."""
+        """The chunk's decode lines, in order, each as `_decode` takes it. When every one of them is
+        SGLang's line as printed (`_STRICT_DECODE`), their two fields come from one `findall` over
+        the chunk and a run of healthy lines costs no per-line Python (`_feed_fields`); otherwise
+        `str.find` finds them and `decode_fields` reads them (`_feed_lines`). Same state, same
+        events (tests/test_serving_feed_fields.py)."""
         text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
-        if "Decode batch, " not in text:
+        count = text.count(_DECODE_MARK)
+        if not count:
             return []
+        fields = _STRICT_DECODE.findall(text)
+        if len(fields) == count:
+            return self._feed_fields(text, fields)
+        return self._feed_lines(text)
+
+    def _feed_lines(self, text: str) -> list[ServingEvent]:
+        """`str.find` over the chunk finds its decode lines; of each only `accept len` and
+        `cuda graph` are read (`decode_fields`: what `parse_decode_line` would give for them)."""
         events: list[ServingEvent] = []
-        at = text.find("Decode batch, ")
+        at = text.find(_DECODE_MARK)
         while at >= 0:
             start = text.rfind("\n", 0, at) + 1
             end = text.find("\n", at)
@@ -215,7 +254,57 @@ class ServingWatch:
             line = text[start:end]
             accept_length, cuda_graph = decode_fields(line)
             events += self._decode(accept_length, cuda_graph, line)
-            at = text.find("Decode batch, ", end)
+            at = text.find(_DECODE_MARK, end)
+        return events
+
+    def _feed_fields(self, text: str, fields: list[tuple[str, str]]) -> list[ServingEvent]:
+        """`fields`: (accept len or "", "True" or "False") of each decode line of `text`, in order,
+        every one of them a `_STRICT_DECODE` line. Does what `_decode` on each line in turn does.
+
+        A line's effects: `cuda graph: True` counts and ends the run of eager lines; `False`, after
+        a capture, extends it (the per-line path then, where an eager fallback is under way); an
+        accept length ends the run of low ones or, below the collapse threshold, extends it. So a
+        chunk's outcome is the run lengths at its end, and an event where a run first reaches its
+        length: both found in the bytes of the lines' flags, without a loop over the lines."""
+        accepts, graphs = zip(*fields)
+        if (self.captured_graphs and "False" in graphs) or self.settings.collapse_lines < 1:
+            return self._feed_lines(text)
+        lines = _DecodeLines(text, len(fields))
+        events: list[ServingEvent] = []
+        true_lines = graphs.count("True")
+        self._graph_lines += true_lines
+        if true_lines:
+            self._eager.clear()
+        self._last_line = lines.text(len(fields) - 1)
+        ordinals: Sequence[int] = range(len(accepts))
+        if "" in accepts:  # some lines without an accept length: those have no effect on it
+            ordinals = [index for index, value in enumerate(accepts) if value]
+            values = [float(accepts[index]) for index in ordinals]
+        else:
+            values = list(map(float, accepts))
+        if not values:
+            return events
+        self.decode_accept = values[-1]
+        if not self.baseline:
+            return events
+        threshold = self.baseline * self.settings.collapse_fraction
+        low = bytes(map(threshold.__gt__, values))  # 1 where the line's accept length is low
+        wanted = self.settings.collapse_lines
+        carried = len(self._low)
+        if ACCEPTANCE_COLLAPSE not in self._reported:
+            at = (b"\x01" * carried + low).find(b"\x01" * wanted)
+            if at >= 0:  # the run reaches `wanted` lines at the line `last` of this chunk
+                last = at + wanted - 1 - carried  # >= 0: the carried run is shorter than `wanted`
+                run = self._low[at:] + [lines.text(ordinals[index])
+                                        for index in range(max(0, at - carried), last + 1)]
+                self._reported.add(ACCEPTANCE_COLLAPSE)
+                events.append(self._collapse(values[last], run))
+        cleared = low.rfind(b"\x00")
+        if cleared >= 0:
+            self._low.clear()
+        tail = range(max(cleared + 1, len(values) - wanted), len(values))
+        self._low += [lines.text(ordinals[index]) for index in tail]
+        del self._low[:-wanted]
         return events
 
     def _decode(self, accept_length: float | None, cuda_graph: bool | None, line: str) -> list[ServingEvent]:
@@ -228,6 +317,7 @@ class ServingWatch:
             self._eager.clear()
         elif cuda_graph is False and self.captured_graphs:
             self._eager.append(line)
+            del self._eager[:-self.settings.eager_lines]  # the evidence: the last ones of the run
             if len(self._eager) >= self.settings.eager_lines and EAGER_FALLBACK not in self._reported:
                 self._reported.add(EAGER_FALLBACK)
                 events.append(ServingEvent(
@@ -238,18 +328,23 @@ class ServingWatch:
         if self.baseline and accept_length is not None:
             if accept_length < self.baseline * self.settings.collapse_fraction:
                 self._low.append(line)
+                del self._low[:-self.settings.collapse_lines]  # the evidence: the last ones of the run
                 if len(self._low) >= self.settings.collapse_lines and \
                         ACCEPTANCE_COLLAPSE not in self._reported:
                     self._reported.add(ACCEPTANCE_COLLAPSE)
-                    events.append(ServingEvent(
-                        ACCEPTANCE_COLLAPSE, f"decode accept length {accept_length:.2f} below "
-                        f"{self.settings.collapse_fraction:.0%} of the baseline {self.baseline:.2f} on "
-                        f"{len(self._low)} decode lines in a row", self._wall(),
-                        tuple(self._low[-self.settings.collapse_lines:]),
-                        {"accept_length": accept_length, "baseline": self.baseline}))
+                    events.append(self._collapse(accept_length, self._low))
             else:
                 self._low.clear()
         return events
+
+    def _collapse(self, accept_length: float, run: list[str]) -> ServingEvent:
+        """The event when `run` (the decode lines below the threshold, `collapse_lines` of them)
+        first reaches its length; `accept_length` is its last line's."""
+        return ServingEvent(
+            ACCEPTANCE_COLLAPSE, f"decode accept length {accept_length:.2f} below "
+            f"{self.settings.collapse_fraction:.0%} of the baseline {self.baseline:.2f} on "
+            f"{len(run)} decode lines in a row", self._wall(), tuple(run[-self.settings.collapse_lines:]),
+            {"accept_length": accept_length, "baseline": self.baseline})
 
     def tick(self) -> list[ServingEvent]:
         """Start a health probe when one is due, take the answer of one that finished; an event

@@ -354,9 +354,15 @@ class Follower:
             source.partial = block
             return self._cut_partial(source)
         source.partial = block[end + 1:]
-        text = self._decode(block[:end])
-        lines = text.split("\n")
+        raw = block[:end]
         overflow = self._cut_partial(source)
+        if overflow is None and self._plain(raw):
+            first = source.next_number
+            chunk = BlockChunk.of(source.path, first, raw, self._clock())
+            source.next_number += chunk.line_count
+            return chunk
+        text = self._decode(raw)
+        lines = text.split("\n")
         if overflow is not None:
             lines.extend(overflow.lines)
             text = text + "\n" + overflow.text
@@ -376,6 +382,12 @@ class Follower:
             line = self._decode(source.partial)
             source.partial = b""
             chunks.append(self._chunk(source, (line,), line))
+
+    def _plain(self, raw: bytes) -> bool:
+        """Are `raw`'s lines what `_decode` makes of them, byte for byte (no NUL to drop, no CRLF,
+        no line to cut)? Then a `BlockChunk` decodes and splits them only when they are asked for."""
+        return (len(raw) <= self.max_line_bytes and b"\x00" not in raw
+                and (b"\r" not in raw or b"\r\n" not in raw))
 
     def _decode(self, raw: bytes) -> str:
         if len(raw) > self.max_line_bytes:
@@ -400,3 +412,60 @@ class Follower:
         source.next_number += len(lines)
         return LogChunk(source=source.path, first_number=first, lines=lines,
                         received_at=self._clock(), text=text)
+
+
+class _Decoded:
+    """A BlockChunk's `text`, decoded the first time it is asked for; then the chunk's own
+    attribute (one set by `__init__`, in a copy made by `dataclasses.replace`, wins from the start)."""
+
+    def __get__(self, chunk, owner=None):
+        if chunk is None:
+            return None
+        value = chunk.block.decode("utf-8", "replace")
+        object.__setattr__(chunk, "text", value)
+        return value
+
+
+class BlockChunk(LogChunk):
+    """A chunk read as one block of complete lines, kept as its bytes (`block`, the lines joined by
+    `\\n`): `text` and `lines` are decoded (UTF-8, invalid bytes replaced, as `Follower._decode`)
+    and split when first asked for. A consumer that can work on the bytes (the assembler's scan,
+    `tail`) never pays for the lines it does not look at; for every other one it is a LogChunk.
+
+    Invalid UTF-8 never spans a newline (a newline byte is never inside a multi-byte character),
+    so a line decoded from its own bytes is the line of the whole decoded text."""
+
+    block: bytes
+    line_count: int
+
+    @classmethod
+    def of(cls, source: str, first_number: int, block: bytes, received_at: float) -> "BlockChunk":
+        chunk = object.__new__(cls)
+        for name, value in (("source", source), ("first_number", first_number), ("received_at", received_at),
+                            ("block", block), ("line_count", block.count(b"\n") + 1)):
+            object.__setattr__(chunk, name, value)
+        return chunk
+
+    text = _Decoded()  # type: ignore[assignment]
+
+    def __getattr__(self, name: str):
+        # Only for an attribute not set yet: `lines` the first time it is asked for.
+        if name != "lines":
+            raise AttributeError(name)
+        value = tuple(self.text.split("\n"))
+        object.__setattr__(self, name, value)
+        return value
+
+    def tail(self, count: int) -> LogChunk:
+        """The last `count` lines (all of them when fewer), decoded from their own bytes."""
+        if "block" not in self.__dict__:  # made by dataclasses.replace: a LogChunk like any other
+            lines = self.lines
+            return self if len(lines) <= count else LogChunk(
+                self.source, self.first_number + len(lines) - count, lines[-count:], self.received_at)
+        if self.line_count <= count:
+            return self
+        cut = len(self.block)
+        for _ in range(count):
+            cut = self.block.rfind(b"\n", 0, cut)
+        lines = tuple(self.block[cut + 1:].decode("utf-8", "replace").split("\n"))
+        return LogChunk(self.source, self.first_number + self.line_count - count, lines, self.received_at)

@@ -92,13 +92,15 @@ class ServiceRun:
             self.clock.sleep(timeout)
             return []
         self.follower.wait(timeout)
-        for chunk in self.follower.read():
+        chunks = self.follower.read()
+        for chunk in chunks:
             self.assembler.feed(chunk)
-            self.output.feed(tail_of(chunk))
             if self.milestones.feed(chunk):
                 self._on_progress(self.milestones.progress_text())
             if self.serving is not None:
                 self.serving_events += self.serving.feed(chunk)
+        for tail in tails_of(chunks):
+            self.output.feed(tail)
         return self.assembler.take(self.clock.time())
 
     def poll(self) -> ExitStatus | None:
@@ -126,7 +128,8 @@ class ServiceRun:
                 chunks = self.follower.read()
                 for chunk in chunks:
                     self.assembler.feed(chunk)
-                    self.output.feed(tail_of(chunk))
+                for tail in tails_of(chunks):
+                    self.output.feed(tail)
                 if chunks:
                     quiet_since = clock.monotonic()
                 elif gone:
@@ -165,9 +168,27 @@ class ServiceRun:
         self._closed = True
 
 
+def tails_of(chunks):
+    """What a `ServiceOutput` (one tail per source) needs of one read's chunks, in their order: per
+    source only the newest chunks that hold its last TAIL_LINES lines, each cut by `tail_of`. The
+    tails keep the newest TAIL_LINES lines (fewer when they pass TAIL_BYTES), and which of those
+    they keep depends on those lines alone: the older chunks' lines would leave them anyway."""
+    kept, counted = [], {}
+    for chunk in reversed(chunks):
+        have = counted.get(chunk.source, 0)
+        if have < TAIL_LINES:
+            kept.append(chunk)
+            count = getattr(chunk, "line_count", None)
+            counted[chunk.source] = have + (len(chunk.lines) if count is None else count)
+    return [tail_of(chunk) for chunk in reversed(kept)]
+
+
 def tail_of(chunk):
     """The chunk's last TAIL_LINES lines: all that a `ServiceOutput` keeps of it (its tails hold the
     newest TAIL_LINES lines, fewer when they pass TAIL_BYTES), without a per-line loop over the rest."""
+    tail = getattr(chunk, "tail", None)  # a follower's BlockChunk: without splitting the rest at all
+    if tail is not None:
+        return tail(TAIL_LINES)
     if len(chunk.lines) <= TAIL_LINES:
         return chunk
     return replace(chunk, first_number=chunk.first_number + len(chunk.lines) - TAIL_LINES,

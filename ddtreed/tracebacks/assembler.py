@@ -62,6 +62,7 @@ class Assembler:
         self._group: Group | None = None
         self._ready: list[tuple[Crash, ...]] = []  # sealed when full, at most MAX_READY_GROUPS
         self._dropped = 0  # crashes of groups dropped since the last take()
+        self._current: tuple[LogChunk, object] | None = None  # the chunk being fed, its lines by index
 
     # --- input --------------------------------------------------------------------------------
 
@@ -69,27 +70,51 @@ class Assembler:
         state = self._states.get(chunk.source)
         if state is None:
             state = self._states[chunk.source] = _SourceState()
-        text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
-        if "\x1b" in text:
-            # Coloured output (Python 3.13 tracebacks, rich loggers): parse it as the plain text.
-            lines = tuple(grammar.strip_ansi(line) for line in chunk.lines)
-            text = "\n".join(lines)
-            chunk = replace(chunk, lines=lines, text=text if chunk.text is not None else None)
-        data = scan.encode(text)
+        block = getattr(chunk, "block", None)  # a follower's BlockChunk: its lines' bytes, undecoded
+        text: str | None = None
+        if block is not None and b"\x1b" not in block:
+            data = block
+        else:
+            text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
+            if "\x1b" in text:
+                # Coloured output (Python 3.13 tracebacks, rich loggers): parse it as the plain text.
+                lines = tuple(grammar.strip_ansi(line) for line in chunk.lines)
+                text = "\n".join(lines)
+                chunk = replace(chunk, lines=lines, text=text if chunk.text is not None else None)
+            data = scan.encode(text)
         first_hit = -2
         if not state.busy:
             match = scan.ANY_NEEDLE.search(data)
             if match is None:
-                return  # the fast path: one pass of the automaton, no per-line work
+                return  # the fast path: one pass of the automaton, no per-line work (none decoded)
             first_hit = match.start()
         previous = -1
         every_line = _level_open(state) or scan.LEVEL_TRACEBACK.search(data) is not None
-        for index in (range(len(chunk.lines)) if every_line else scan.candidate_lines(text, data, state, first_hit)):
-            if index > previous + 1:
-                self._ordinary(state, chunk.received_at)
-            self._line(state, chunk, index)
-            previous = index
-        if previous < len(chunk.lines) - 1:
+        starts = None
+        if every_line or text is not None or state.busy:
+            # A traceback in progress reads most lines (every body line): split them all at once.
+            if text is None:
+                text = chunk.text  # `data` decoded: its count of newlines is the faster one
+            count, access = len(chunk.lines), chunk.lines
+            selected = (((index, -1) for index in range(count)) if every_line
+                        else scan.candidate_starts(data, state, first_hit, text))
+        else:  # the few lines the scan selects, each decoded from its own bytes
+            count = chunk.line_count  # type: ignore[attr-defined]
+            access = _BlockLines(chunk, data, count)
+            starts = access.starts
+            selected = scan.candidate_starts(data, state, first_hit)
+        self._current = (chunk, access)
+        try:
+            for index, start in selected:
+                if starts is not None:
+                    starts[index] = start
+                if index > previous + 1:
+                    self._ordinary(state, chunk.received_at)
+                self._line(state, chunk, index)
+                previous = index
+        finally:
+            self._current = None
+        if previous < count - 1:
             self._ordinary(state, chunk.received_at)
 
     def take(self, now: float, final: bool = False) -> list[tuple[Crash, ...]]:
@@ -117,8 +142,20 @@ class Assembler:
 
     # --- per line -----------------------------------------------------------------------------
 
+    def _text(self, chunk: LogChunk, index: int) -> str:
+        """Line `index` of `chunk` (of a BlockChunk being fed: decoded from its bytes alone)."""
+        current = self._current
+        return current[1][index] if current is not None and current[0] is chunk else chunk.lines[index]  # type: ignore[index]
+
+    def _before(self, chunk: LogChunk, index: int, count: int) -> tuple[str, ...]:
+        """`chunk.lines[max(0, index - count):index]`."""
+        current = self._current
+        if current is not None and current[0] is chunk and isinstance(current[1], _BlockLines):
+            return current[1].before(index, count)
+        return chunk.lines[max(0, index - count):index]
+
     def _line(self, state: _SourceState, chunk: LogChunk, index: int) -> None:
-        text = chunk.lines[index]
+        text = self._text(chunk, index)
         number = chunk.first_number + index
         if text[:1] not in ("[", " ", "\t", ""):
             container = grammar.CONTAINER_PREFIX.match(text)
@@ -158,18 +195,18 @@ class Assembler:
             return
         if body.endswith(grammar.TRACEBACK_HEADER):
             prefix = body[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
-            context = tuple(line for line in chunk.lines[max(0, index - CONTEXT_LOOKBACK):index]
+            context = tuple(line for line in self._before(chunk, index, CONTEXT_LOOKBACK)
                             if grammar.TRACEBACK_HEADER not in line and grammar.DEVICE_ASSERT not in line
                             and any(word in line for word in grammar.CONTEXT_WORDS))
             self._open(state, Builder("traceback", chunk.source, rank, prefix, number, now,
                                       context=tuple(state.recent) + context + _phase(state)),
-                       chunk.lines[index])
+                       self._text(chunk, index))
             return
         if grammar.WATCHDOG_TIMEOUT.search(body):
             builder = Builder("watchdog-timeout", chunk.source, rank, None, number, now, state=PYSPY)
             builder.set_exception(None, body.strip())
             builder.state = PYSPY
-            builder.touch(number, chunk.lines[index], now)
+            builder.touch(number, self._text(chunk, index), now)
             state.pyspy = builder
             self._activity(now)
             return
@@ -179,11 +216,11 @@ class Assembler:
                 self._crash(Crash(kind="child-death", exception=None, message=body.strip(), rank=rank,
                                   exit_code=int(match.group("code")), source=chunk.source,
                                   first_line=number, last_line=number, detected_at=now,
-                                  excerpt=(chunk.lines[index],), context=_phase(state)), now)
+                                  excerpt=(self._text(chunk, index),), context=_phase(state)), now)
                 return
         fatal = grammar.fatal_line(body)
         if fatal:
-            self._fatal(state, chunk, number, rank, fatal, chunk.lines[index])
+            self._fatal(state, chunk, number, rank, fatal, self._text(chunk, index))
             return
         if grammar.SIGQUIT.search(body):
             self._activity(now).add_sigquit(body.strip(), chunk.source, number)
@@ -400,6 +437,47 @@ class Assembler:
             self._group = None
             group = self._activity(now)
         group.add_crash(crash)
+
+
+class _BlockLines:
+    """A BlockChunk's lines by index, each decoded from its own bytes when asked: the assembler
+    reads the lines the scan selects (`starts`, noted as it hands them out) and, at a traceback
+    header, the few before it. A line of the whole decoded text is the same (ddtreed.logs.follower).
+    Once more than a sixteenth of them were asked for (a traceback flood: every body line is), the
+    chunk's lines are split in one go instead."""
+
+    def __init__(self, chunk: LogChunk, data: bytes, count: int):
+        self._chunk, self._data = chunk, data
+        self.starts: dict[int, int] = {}  # index -> where the line starts, as the scan hands them out
+        self._left = max(8, count // 16)  # lines decoded one by one before splitting them all
+        self._all: tuple[str, ...] | None = None
+
+    def _split(self) -> tuple[str, ...]:
+        self._all = self._chunk.lines
+        return self._all
+
+    def __getitem__(self, index: int) -> str:
+        if self._all is not None:
+            return self._all[index]
+        self._left -= 1
+        if self._left < 0:
+            return self._split()[index]
+        start = self.starts[index]
+        end = self._data.find(b"\n", start)
+        return (self._data[start:] if end < 0 else self._data[start:end]).decode("utf-8", "replace")
+
+    def before(self, index: int, count: int) -> tuple[str, ...]:
+        """Lines max(0, index - count) to index - 1, read back from the start of line `index`."""
+        self._left -= count
+        if self._all is not None or self._left < 0:
+            return (self._all or self._split())[max(0, index - count):index]
+        found: list[str] = []
+        end = self.starts[index] - 1  # the newline that ends the line before
+        while len(found) < min(count, index):
+            start = self._data.rfind(b"\n", 0, end) + 1
+            found.append(self._data[start:end].decode("utf-8", "replace"))
+            end = start - 1
+        return tuple(reversed(found))
 
 
 _LEVELS = ("ERROR", "WARNING", "CRITICAL")

@@ -96,8 +96,15 @@ def candidate_lines(text: str, data: bytes, state: _Source, first_hit: int = -2)
     """Indices of the lines of `text` (the chunk's lines joined by `\\n`; `data` is it encoded)
     that can matter, ascending; `state.busy` is read before each step. `first_hit`: where
     ANY_NEEDLE first matches in `data`, when the caller searched already (-1: nowhere)."""
+    return (index for index, _start in candidate_starts(data, state, first_hit, text))
+
+
+def candidate_starts(data: bytes, state: _Source, first_hit: int = -2,
+                     text: str | None = None) -> Iterator[tuple[int, int]]:
+    """(index, byte offset in `data` where the line starts) of the lines of `data` that can matter,
+    as `candidate_lines`; `text`, when given, is `data` decoded (its count of newlines is used)."""
     # Byte offsets are str offsets in ASCII text, where str.count is the faster count.
-    ascii = text.isascii()
+    ascii = text is not None and text.isascii()
     end = len(data)
     last = data.rfind(b"\n") + 1  # where the last line starts
     needle = first_hit  # next ANY_NEEDLE match at or after `pos`; -1 none left, -2 not searched
@@ -128,9 +135,9 @@ def candidate_lines(text: str, data: bytes, state: _Source, first_hit: int = -2)
                 start = untagged
         if start < 0:
             return
-        index += text.count("\n", counted, start) if ascii else data.count(b"\n", counted, start)
+        index += text.count("\n", counted, start) if ascii and text else data.count(b"\n", counted, start)
         counted = start
-        yield index
+        yield index, start
         line_end = data.find(b"\n", start)
         if line_end < 0:
             return
