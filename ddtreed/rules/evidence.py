@@ -196,6 +196,9 @@ for _family, _names in EXCEPTION_FAMILIES.items():
         _EXCEPTION_INDEX.setdefault(_name, set()).add(_family)
 # Families a bare death takes from the lines it printed before it died (rules may match them).
 DEATH_LINE_FAMILIES = frozenset({"comm-failure"})
+# Deaths those lines never explain: SIGKILL (-9, 137; most often the OOM killer, after which the
+# other ranks' transports fail *because* it died) and the fatal signals of a native crash.
+UNEXPLAINED_EXITS = frozenset({-9, 137, -11, 139, -7, 135, -4, 132, -8, 136})
 MESSAGE_SCAN_CHARS = 16_384  # families need the gist, not a 64 KB dump
 
 
@@ -309,7 +312,8 @@ def gather(crash: Crash, errors, frames: Iterable[str]) -> CrashEvidence:
             found = pattern.search(line[:2000])
             if found and name not in ("timeout", "connection"):
                 items.append(Evidence("line", name, _around(line, found.start(), found.end())))
-                if name in DEATH_LINE_FAMILIES and crash.kind in ("child-death", "killed"):
+                if (name in DEATH_LINE_FAMILIES and crash.kind in ("child-death", "killed")
+                        and crash.exit_code not in UNEXPLAINED_EXITS):
                     # A process that died without a word of its own: the transport's WARN lines
                     # it printed just before (NCCL, the c10d store) are all it said.
                     message_families.add(name)

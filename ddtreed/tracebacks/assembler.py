@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import structlog
 
 from ..records import Crash, LogChunk
-from . import grammar, scan
+from . import grammar, native_lines, scan
 from .builder import AFTER, CHAIN, FRAMES, HEADER, MESSAGE, PYSPY, Builder
 from .groups import Group
 
@@ -62,6 +62,7 @@ class Assembler:
         self._group: Group | None = None
         self._ready: list[tuple[Crash, ...]] = []  # sealed when full, at most MAX_READY_GROUPS
         self._dropped = 0  # crashes of groups dropped since the last take()
+        self._comm = native_lines.CommLines()  # failure lines of NCCL/c10d/gloo: a bare death's context
 
     # --- input --------------------------------------------------------------------------------
 
@@ -155,6 +156,7 @@ class Assembler:
         self._ordinary(state, now)
         if _is_milestone(body):
             state.milestone = body.strip()[:300]
+            self._comm.clear()
             return
         if body.endswith(grammar.TRACEBACK_HEADER):
             prefix = body[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
@@ -164,6 +166,11 @@ class Assembler:
             self._open(state, Builder("traceback", chunk.source, rank, prefix, number, now,
                                       context=tuple(state.recent) + context + _phase(state)),
                        chunk.lines[index])
+            return
+        announced = native_lines.announced_inline(body)
+        if announced:  # `Scheduler hit an exception: DistBackendError: …`, no traceback under it
+            prefix = body[:body.index(native_lines.ANNOUNCED_NEEDLE) + len(native_lines.ANNOUNCED_NEEDLE) - 2].strip()
+            self._open_bare(state, chunk, number, rank, prefix, announced, chunk.lines[index])
             return
         if grammar.WATCHDOG_TIMEOUT.search(body):
             builder = Builder("watchdog-timeout", chunk.source, rank, None, number, now, state=PYSPY)
@@ -178,15 +185,16 @@ class Assembler:
             if match:
                 self._crash(Crash(kind="child-death", exception=None, message=body.strip(), rank=rank,
                                   exit_code=int(match.group("code")), source=chunk.source,
-                                  first_line=number, last_line=number, detected_at=now,
-                                  excerpt=(chunk.lines[index],), context=_phase(state)), now)
+                                  first_line=number, last_line=number, detected_at=now, excerpt=(chunk.lines[index],),
+                                  context=self._comm.before(chunk.source, number, now) + _phase(state)), now)
                 return
         fatal = grammar.fatal_line(body)
         if fatal:
             self._fatal(state, chunk, number, rank, fatal, chunk.lines[index])
             return
         if grammar.SIGQUIT.search(body):
-            self._activity(now).add_sigquit(body.strip(), chunk.source, number)
+            self._activity(now).add_sigquit(body.strip(), chunk.source, number,
+                                            self._comm.before(chunk.source, number, now))
 
     def _ordinary(self, state: _SourceState, now: float) -> None:
         """A prefixed line ends the body in progress: a traceback is one write, so a prefixed
@@ -239,6 +247,8 @@ class Assembler:
             else:
                 return SKIPPED if state == HEADER else FINISH
         elif state == MESSAGE:
+            if builder.bare and stripped and not builder.continues_bare(stripped, body[:1] in (" ", "\t")):
+                return FINISH  # a bare exception line takes only the NPU lines under it
             if not stripped:
                 builder.state = AFTER
             elif stripped in grammar.CHAIN_MARKERS:
@@ -287,6 +297,7 @@ class Assembler:
             state.torch_rank = f"rank{torch_rank.group('rank')}"
         if _is_milestone(stripped):
             state.milestone = stripped[:300]  # a paste without the log prefix
+            self._comm.clear()
             return
         fatal = grammar.fatal_line(stripped)
         argparse_error = grammar.ARGPARSE_ERROR.match(stripped) if ": error: " in stripped else None
@@ -319,13 +330,19 @@ class Assembler:
                 rank=state.torch_rank, source=chunk.source, first_line=number, last_line=number,
                 detected_at=now, excerpt=(body,)))
         elif grammar.split_exception(stripped, strict=True):
-            exception, message = grammar.split_exception(stripped, strict=True)
-            self._crash(Crash(kind="traceback", exception=exception, message=message,
-                              rank=state.torch_rank, source=chunk.source, first_line=number,
-                              last_line=number, detected_at=now, excerpt=(body,),
-                              context=tuple(state.recent) + _phase(state)), now)
-        elif any(word in body for word in grammar.CONTEXT_WORDS):
-            state.recent.append(stripped[:500])
+            self._open_bare(state, chunk, number, state.torch_rank, None,
+                            grammar.split_exception(stripped, strict=True), body)
+        else:
+            if any(word in body for word in grammar.CONTEXT_WORDS):
+                state.recent.append(stripped[:500])
+            self._comm.note(chunk.source, number, now, stripped)
+
+    def _open_bare(self, state: _SourceState, chunk: LogChunk, number: int, rank, prefix, error, raw: str) -> None:
+        """An exception line with no traceback: a crash of its own, with the NPU lines under it."""
+        builder = Builder("traceback", chunk.source, rank, prefix, number, chunk.received_at, bare=True,
+                          context=tuple(state.recent) + _phase(state))
+        builder.set_exception(*error)
+        self._open(state, builder, raw)
 
     def _feed_pyspy(self, state: _SourceState, body: str, number: int, now: float) -> bool:
         frame = grammar.PYSPY_FRAME.match(body)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 
+# Communication failure lines (NCCL WARN, c10d, gloo …) are looked for outside tracebacks too.
+from .native_lines import ANNOUNCED_NEEDLE, COMM_NEEDLES as COMM_NEEDLES
+
 # `[2026-07-28 10:00:00 DP0 TP3] body`, milliseconds with SGLANG_LOG_MS=1, optionally behind a
 # Ray actor prefix `(SGLangHttpServer pid=41122) ` (the prefix repeats on every line).
 _ACTOR = re.compile(r"\((?:[^()]*? )?pid=\d+[^()]*\) ")
@@ -115,6 +118,7 @@ TAGGED_NEEDLES = (
     # glibc's 'double free'), where every fatal needle is looked for.
     *(needle for needle in FATAL_NEEDLES if needle not in ("double free or corruption", "fallen off the bus")),
     *MILESTONE_NEEDLES,
+    ANNOUNCED_NEEDLE,  # `Scheduler hit an exception: DistBackendError: …` with its error inline
     "\x1b[",  # a coloured line: stripped before anything else looks at it
 )
 
