@@ -209,3 +209,31 @@ def test_a_crash_announced_with_its_error_inline_is_assembled():
     [diagnosis] = diagnose_lines([SERVING, line], "<log>", RULES, None)
     assert diagnosis.match.category == "nccl-error"
     assert diagnosis.evidence.phase == "serving"
+
+
+def trapped(*before: str) -> list[str]:
+    return [SERVING, *before,
+            "[2026-01-01 10:05:00 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+            '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/layers/moe/token_dispatcher/deepep.py", line 300, in dispatch',
+            "    return self._dispatch_core(hidden_states)",
+            '  File "/usr/local/lib/python3.12/dist-packages/deep_ep/buffer.py", line 400, in internode_dispatch',
+            "    recv_x = self.runtime.internode_dispatch(x)",
+            "torch.AcceleratorError: CUDA error: unspecified launch failure",
+            "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect."]
+
+
+@pytest.mark.parametrize("line", [
+    "DeepEP timeout for dispatch receivers, rank 3, responsible_channel = 5, tokens remained: 12",
+    "DeepEP dispatch RDMA sender timeout, channel: 3, RDMA: 1, nvl: 2, dst RDMA lane: 0, head: 10, tail: 12",
+    "DeepEP timeout check failed: rank = 6, thread = 0, value = 0)",
+])
+def test_a_kernel_trap_after_a_deepep_device_timeout_is_a_communication_failure(line):
+    [diagnosis] = diagnose_lines(trapped(line), "<log>", RULES, None)
+    assert (diagnosis.match.category, diagnosis.match.rule_id) == ("nccl-error", "transport-timeout-then-kernel-trap")
+
+
+def test_the_same_trap_without_a_timeout_before_it_stays_a_device_fault():
+    assert diagnose_lines(trapped(), "<log>", RULES, None)[0].match.category == "illegal-memory-access"
+    old = trapped("DeepEP timeout for dispatch receivers, rank 3, responsible_channel = 5, tokens remained: 12",
+                  *[DECODE] * 250)
+    assert diagnose_lines(old, "<log>", RULES, None)[0].match.category == "illegal-memory-access"

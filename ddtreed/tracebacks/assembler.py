@@ -163,6 +163,7 @@ class Assembler:
             context = tuple(line for line in chunk.lines[max(0, index - CONTEXT_LOOKBACK):index]
                             if grammar.TRACEBACK_HEADER not in line and grammar.DEVICE_ASSERT not in line
                             and any(word in line for word in grammar.CONTEXT_WORDS))
+            context += self._comm.before(chunk.source, number, now)  # a DeepEP timeout before a trap
             self._open(state, Builder("traceback", chunk.source, rank, prefix, number, now,
                                       context=tuple(state.recent) + context + _phase(state)),
                        chunk.lines[index])
@@ -273,8 +274,9 @@ class Assembler:
             return
         if stripped.endswith(grammar.TRACEBACK_HEADER):
             prefix = stripped[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
+            context = tuple(state.recent) + self._comm.before(chunk.source, number, now) + _phase(state)
             self._open(state, Builder("traceback", chunk.source, state.torch_rank, prefix, number, now,
-                                      context=tuple(state.recent) + _phase(state)), body)
+                                      context=context), body)
             return
         frame = grammar.FRAME.match(body)
         if frame:

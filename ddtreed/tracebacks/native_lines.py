@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 # The scanner's idle needles include these, so an untagged line holding one reaches `CommLines.note`;
 # the other transports' failure lines hold a context word (`failed`, `error`) the scanner looks for
 # anyway. Few needles with common first letters: each one costs every untagged line a little.
-COMM_NEEDLES = ("NCCL WARN", "[c10d]", "ProcessGroup")
+COMM_NEEDLES = ("NCCL WARN", "[c10d]", "ProcessGroup", "DeepEP")
 # The transport that printed it: NCCL's `host:pid:tid [dev] file.cc:NN NCCL WARN …`, a glog line of
 # torch's distributed C++ (`[E1201 10:00:00.000 ProcessGroupNCCL.cpp:1595] …`, the older
 # `[E ProcessGroupGloo.cpp:138] …`), c10d's `[c10d]` tag, gloo's transport paths, NVSHMEM, DeepEP.
 _TRANSPORT = re.compile(
     r"NCCL WARN|\[c10d\]"
     r"|^\[[EFW]\d{0,4}[^\]]{0,80}?(?:ProcessGroup\w*|TCPStore\w*|socket|c10d\w*|NCCLUtils)\.[ch]pp:\d+\]"
-    r"|Gloo \w+ failed|gloo/transport|\bnvshmem\w*|NVSHMEM|DeepEP (?:error|timeout)|NCCL error")
+    r"|Gloo \w+ failed|gloo/transport|\bnvshmem\w*|NVSHMEM|DeepEP\b[^\n]{0,80}\b(?:error|timeout)|NCCL error")
 # It says something failed (a warning about a setting does not).
 _FAILED = re.compile(
     r"(?i:fail|error|timed out|timeout|abort|closed|reset by peer|refused|unreachable|mismatch|exited|revoked"
