@@ -101,6 +101,10 @@ PHRASINGS += [
     ("scheduler-watchdog-timeout", "[2026-03-01 10:20:00] TokenizerManager watchdog timeout (self.watchdog_timeout=300, self.soft=False)"),
     ("scheduler-watchdog-timeout", "[2026-03-01 10:20:00 DP1 TP0] Watchdog timeout (self.watchdog_timeout=300)"),
     ("scheduler-watchdog-timeout", "[2026-03-01 10:20:00 TP3] Scheduler watchdog timeout (self.watchdog_timeout=600, self.soft=False) tripped_by=forward-counter-frozen(cur_batch set)"),
+    # the watchdog's dump before its timeout line (pasted without it): the scheduler's debug info, py-spy's result
+    ("scheduler-watchdog-timeout", "The server hung; this is what it printed:\n[2026-03-01 10:20:00 TP1] Scheduler debug info:\nscheduler.cur_batch_for_debug.batch_size()=1\nscheduler.cur_batch_for_debug.reqs=[Req(rid=9f2c, input_ids=[1, 2, 3])]"),
+    ("scheduler-watchdog-timeout", "The server hung; this is what it printed:\n[2026-03-01 10:20:00 TP0] self.cur_batch.batch_size()=4, self.cur_batch.reqs=[Req(rid=1), Req(rid=2)]"),
+    ("scheduler-watchdog-timeout", "The server hung; this is what it printed:\n[2026-03-01 10:20:00] Pyspy failed (py-spy: command not found) for PID 4242"),
     # the CUDA runtime's fault strings (cudaGetErrorString), as torch raises them
     ("illegal-memory-access", tb(SCHED, "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1")),
     ("illegal-memory-access", tb(SCHED, "RuntimeError: CUDA error: misaligned address\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")),

@@ -37,7 +37,9 @@ CHILD_DEATHS = (
     re.compile(r"Subprocess (?P<name>\S+) \(pid=(?P<pid>\d+)\) crashed with exit code (?P<code>-?\d+)"),
     re.compile(r"Rank (?P<name>\d+) scheduler died during initialization \(exit code: (?P<code>-?\d+)\)"),
 )
-SIGQUIT = re.compile(r"sigquit", re.IGNORECASE)
+# The launcher's two wordings (`Received sigquit from a child process. It usually means …`, `SIGQUIT
+# received. …`); never the word alone (`custom_sigquit_handler=None` in every server_args line).
+SIGQUIT = re.compile(r"received sigquit|sigquit received", re.IGNORECASE)
 TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 WHAT = re.compile(r"\s*what\(\):\s+(?P<message>.*)$")
 TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")

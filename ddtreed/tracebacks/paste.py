@@ -43,13 +43,19 @@ def _frames(lines: list[str]) -> tuple[Frame, ...]:
     return tuple(found[-64:])
 
 
+def _uncontained(line: str) -> str:
+    """The line a container runtime's prefix (`sglang-1  | `, CRI's `… stderr F `) carries."""
+    container = grammar.CONTAINER_PREFIX.match(line) if line[:1] not in ("[", " ", "\t", "") else None
+    return line[container.end():] if container else line
+
+
 def looks_like_log(lines: list[str]) -> bool:
     """An SGLang log as the service wrote it (most lines carry its `[2026-…]` prefix, or it prints
     its server_args and milestones), not a report someone wrote around an error."""
     body = [line for line in lines if line.strip()]
     if not body:
         return True
-    tagged = sum(1 for line in body if _TAGGED.match(line) or grammar.CONTAINER_PREFIX.match(line))
+    tagged = sum(1 for line in body if _TAGGED.match(_uncontained(line)))
     if tagged >= 20 or any("server_args=ServerArgs(" in line for line in body[:400]):
         return True
     return tagged >= 0.6 * len(body)
@@ -69,7 +75,7 @@ def announced_crashes(lines: list[str], source: str = "<log>") -> tuple[Crash, .
     for number, raw in enumerate(lines, 1):
         if "xception" not in raw:
             continue
-        line = grammar.strip_ansi(raw).strip()
+        line = _uncontained(grammar.strip_ansi(raw)).strip()
         announced = _ANNOUNCED.search(line)
         if not announced or announced.group("rest").startswith(grammar.TRACEBACK_HEADER):
             continue
@@ -92,7 +98,7 @@ def paste_crashes(lines: list[str], source: str = "<paste>", force: bool = False
     candidates: list[Crash] = []
     seen: set[tuple[str, str]] = set()
     for number, raw in enumerate(lines, 1):
-        line = grammar.strip_ansi(raw).strip()
+        line = _uncontained(grammar.strip_ansi(raw)).strip()
         if not line:
             continue
         if _USAGE.match(line):
