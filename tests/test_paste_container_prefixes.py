@@ -42,3 +42,22 @@ def test_a_healthy_real_log_behind_a_container_prefix_is_still_a_log_without_a_c
     prefixed = [prefix + line for line in (REAL / name).read_text().splitlines()]
     assert looks_like_log(prefixed)
     assert diagnose_lines(prefixed, name, RULES, None) == []
+
+
+TRACEBACK = ["[2026-03-01 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+             '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 2900, in run_scheduler_process',
+             "    scheduler.event_loop_overlap()",
+             '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/distributed/parallel_state.py", line 500, in all_reduce',
+             "    torch.distributed.all_reduce(input_, group=self.device_group)",
+             "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, "
+             "remote process exited or there was a network error, NCCL version 2.27.3"]
+
+
+@pytest.mark.parametrize("shape", ["quoted", "quoted-tight", "trailing-blanks"])
+def test_a_quoted_or_blank_padded_traceback_paste_is_assembled(shape):
+    lines = {"quoted": ["> " + line for line in TRACEBACK], "quoted-tight": [">" + line for line in TRACEBACK],
+             "trailing-blanks": [line + "   " for line in TRACEBACK]}[shape]
+    lines = ["The server died with:", *lines, "", "Any idea?"]
+    [diagnosis] = diagnose_lines(lines, "<paste>", RULES, None)
+    assert (diagnosis.match.category, diagnosis.crash.exception) == ("nccl-error", "torch.distributed.DistBackendError")
+    assert len(diagnosis.crash.frames) == 2

@@ -462,7 +462,11 @@ def _source_line(stripped: str) -> bool:
 
 def unreverse(lines: list[str]) -> list[str]:
     """A paste in newest-line-first order (exception line on top, the `Traceback` header at the
-    bottom) put back in the order Python prints it. Other text is returned as it was."""
+    bottom) put back in the order Python prints it; a paste's quoting and trailing blanks
+    (`paste.unquote`) are taken off first. Other text is returned as it was."""
+    from .paste import unquote
+
+    lines = unquote(lines)
     header = grammar.TRACEBACK_HEADER
     if not any(line.rstrip().endswith(header) for line in lines):
         return lines

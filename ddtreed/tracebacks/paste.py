@@ -49,6 +49,21 @@ def _uncontained(line: str) -> str:
     return line[container.end():] if container else line
 
 
+_QUOTE = re.compile(r"> ?")
+
+
+def unquote(lines: list[str]) -> list[str]:
+    """A pasted report's lines as its program printed them: without the trailing blanks a terminal
+    copy adds, and without the `> ` of a Markdown quote when most lines carry one (a reply that
+    quotes the error). A log without either is returned as it was."""
+    quoted = sum(1 for line in lines if line.startswith(">"))
+    if quoted and quoted * 2 >= sum(1 for line in lines if line.strip()):
+        lines = [line[_QUOTE.match(line).end():] if line.startswith(">") else line for line in lines]
+    elif not any(line[-1:] in (" ", "\t") for line in lines):
+        return lines
+    return [line.rstrip() for line in lines]
+
+
 def looks_like_log(lines: list[str]) -> bool:
     """An SGLang log as the service wrote it (most lines carry its `[2026-…]` prefix, or it prints
     its server_args and milestones), not a report someone wrote around an error."""
@@ -92,6 +107,7 @@ def announced_crashes(lines: list[str], source: str = "<log>") -> tuple[Crash, .
 def paste_crashes(lines: list[str], source: str = "<paste>", force: bool = False) -> tuple[Crash, ...]:
     """Candidate crashes named in a report's text (first mentions first); () for a log, unless
     `force` (the log did fail, but with nothing a rule knows)."""
+    lines = unquote(lines)
     if not force and looks_like_log(lines):
         return ()
     frames = _frames(lines)
