@@ -73,6 +73,13 @@ PHRASINGS += [
     ("nccl-error", "node-3:4321:4321 [0] include/shmutils.h:38 NCCL WARN Error: failed to extend /dev/shm/nccl-MZ4GFz to 9637892 bytes, error: No space left on device (28)"),
     ("nccl-error", "node-3:4321:4450 [1] proxy.cc:1530 NCCL WARN [Proxy Service 1] Failed to execute operation Connect from rank 1, retcode 3"),
     ("nccl-error", "node-3:4321:4321 [0] bootstrap.cc:75 NCCL WARN Bootstrap : no socket interface found"),
+    # NCCL's transport messages quoted alone (as a DistBackendError's `Last error:` prints them)
+    ("nccl-error", "NET/IB : Got completion from peer 10.1.0.7<47315> with status=12 opcode=129 len=0 vendor err 129 (Recv)"),
+    ("nccl-error", "socketProgressOpt: Call to recv from 10.1.0.7<43214> failed : Connection reset by peer"),
+    ("nccl-error", "Error: failed to extend /dev/shm/nccl-MZ4GFz to 9637892 bytes, error: No space left on device (28)"),
+    ("nccl-error", "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000"),
+    ("nccl-error", "ibv_poll_cq error"),
+    ("nccl-error", "Net : Connection closed by remote peer 10.1.0.7<43214>"),
     # gloo
     ("nccl-error", tb(ALLREDUCE[:-1] + ["torch/distributed/distributed_c10d.py:broadcast"], "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:538] Read error [10.1.0.7]:29871: Connection reset by peer")),
     ("nccl-error", tb(ALLREDUCE[:-1] + ["torch/distributed/distributed_c10d.py:broadcast_object_list"], "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete")),
@@ -141,6 +148,7 @@ PHRASINGS += [
     ("kernel-compile-error", tb(SCHED, "RuntimeError: HIP error: invalid device function\nHIP kernel errors might be asynchronously reported at some other API call")),
     ("kernel-compile-error", "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"),
     ("no-gpu", tb(INIT, "RuntimeError: No HIP GPUs are available")),
+    ("no-gpu", "rocBLAS error: Could not initialize Tensile host: No devices found"),
     # fatal signals printed by the runtime
     ("fatal-signal", "Fatal Python error: Segmentation fault\n\nThread 0x00007f3a2b7fe640 (most recent call first):\n  File \"/usr/lib/python3.12/threading.py\", line 359 in wait"),
     ("fatal-signal", "Fatal Python error: Aborted\n\nCurrent thread 0x00007f3a2c9ff640 (most recent call first):\n  <no Python frame>"),

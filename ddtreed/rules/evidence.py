@@ -107,7 +107,8 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"|collective operation|all_?reduce|all_?gather|broadcast (?:failed|timed out)|mooncake|RDMA|ibv_"
         r"|[Ss]ocket (?:timeout|error)|Connection reset by peer|Broken pipe|store_based_barrier"
         r"|waiting for clients|clients joined|[Ff]ailed to recv|[Rr]endezvous|(?:MASTER_ADDR|MASTER_PORT) expected|\b[HR]CCL\b|\bhccl|NIXL|\bnixl|\bUCX\b"
-        r"|(?i:socket (?:timeout|has timed out|closed))|store->get|Rendezvous\w*Error"),
+        r"|(?i:socket (?:timeout|has timed out|closed))|store->get|Rendezvous\w*Error"
+        r"|NET/(?:IB|Socket) ?:|socketStartConnect|/dev/shm/nccl-|Bootstrap ?: no socket interface|Duplicate GPU detected"),
     "kernel-build": (
         r"ptxas|nvcc|ninja|CompilationError|[Tt]riton (?:Error|compil)|JIT (?:compil|build)"
         r"|no kernel image is available|invalid device function|hipErrorInvalidDeviceFunction|sgl_kernel"

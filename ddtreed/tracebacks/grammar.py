@@ -49,7 +49,7 @@ DEVICE_ASSERT = "Assertion `"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # Prefixes container runtimes put before every line: docker compose's `sglang-1  | ` and the CRI
 # log format's `2026-03-24T12:06:12.101062401+08:00 stderr F `.
-CONTAINER_PREFIX = re.compile(r"(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] "
+CONTAINER_PREFIX = re.compile(r"(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP](?: |$)"
                               r"|[\w.-]{1,40} {0,8}\| ?)")
 # A `[rank3]:` prefix torchrun puts on every line of a rank's output.
 TORCH_RANK_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
