@@ -154,6 +154,14 @@ PHRASINGS += [
     ("fatal-signal", "Fatal Python error: Aborted\n\nCurrent thread 0x00007f3a2c9ff640 (most recent call first):\n  <no Python frame>"),
     ("fatal-signal", "*** SIGSEGV received at time=1767261600 on cpu 12 ***\nPC: @     0x7f3a2b7fe640  (unknown)  ncclProxyService()"),
     ("fatal-signal", "*** Aborted at 1767261600 (unix time) try \"date -d @1767261600\" if you are using GNU date ***\n*** SIGABRT (@0x1092) received by PID 4242 (TID 0x7f3a2b7fe640) from PID 4242; stack trace: ***"),
+    # glibc's malloc checks and std::terminate, the shell's padded job report, exit codes of native-crash signals
+    ("fatal-signal", "free(): double free detected in tcache 2"),
+    ("fatal-signal", "malloc(): unaligned tcache chunk detected\nAborted (core dumped)"),
+    ("fatal-signal", "malloc_consolidate(): invalid chunk size"),
+    ("fatal-signal", "*** stack smashing detected ***: terminated"),
+    ("fatal-signal", "terminate called without an active exception"),
+    ("fatal-signal", "run.sh: line 12:  4242 Segmentation fault      (core dumped) python3 -m sglang.launch_server --model-path /models/qwen"),
+    ("fatal-signal", "Process SpawnProcess-1:1 exited with exitcode -11"),
 ]
 
 # Close wordings that belong elsewhere: a transport named in a refusal, an OOM inside NCCL's text.
@@ -179,3 +187,13 @@ def test_source_phrasing_gets_its_category(expected, text):
 @pytest.mark.parametrize("expected,text", NEAR_MISSES, ids=[f"{c}-{n}" for n, (c, _) in enumerate(NEAR_MISSES)])
 def test_near_miss_keeps_its_category(expected, text):
     assert category(text)[0] == expected
+
+
+# Not a native crash: SIGKILL (the OOM killer, an operator) and SIGABRT's bare exit code (NCCL aborts too).
+NOT_FATAL_SIGNAL = ["Process SpawnProcess-1:1 exited with exitcode -9", "exitcode  : -9 (pid: 4242)", "Exit code: -6"]
+
+
+@pytest.mark.parametrize("text", NOT_FATAL_SIGNAL)
+def test_a_kill_or_abort_exit_code_alone_is_not_a_fatal_signal(text):
+    diagnoses = diagnose_lines(text.splitlines(), "<phrasing>", RULES, None)
+    assert not diagnoses or diagnoses[0].match.category != "fatal-signal"
