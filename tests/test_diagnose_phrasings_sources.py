@@ -112,6 +112,10 @@ PHRASINGS += [
     ("scheduler-watchdog-timeout", "The server hung; this is what it printed:\n[2026-03-01 10:20:00 TP1] Scheduler debug info:\nscheduler.cur_batch_for_debug.batch_size()=1\nscheduler.cur_batch_for_debug.reqs=[Req(rid=9f2c, input_ids=[1, 2, 3])]"),
     ("scheduler-watchdog-timeout", "The server hung; this is what it printed:\n[2026-03-01 10:20:00 TP0] self.cur_batch.batch_size()=4, self.cur_batch.reqs=[Req(rid=1), Req(rid=2)]"),
     ("scheduler-watchdog-timeout", "The server hung; this is what it printed:\n[2026-03-01 10:20:00] Pyspy failed (py-spy: command not found) for PID 4242"),
+    ("scheduler-watchdog-timeout", "The server stops answering after an hour:\n[2026-03-01 10:20:00] Health check failed. Server couldn't get a response from detokenizer for last 20 seconds. tic start time: 10:19:40. last_heartbeat time: 10:12:01"),
+    ("scheduler-watchdog-timeout", "kubectl logs shows:\n2026-09-08T04:05:00.000000000Z stderr F [2026-09-08 04:05:00] ERROR: Health check failed. Server couldn't get a response from detokenizer for last 20 seconds. tic start time: 04:04:40. last_heartbeat time: 04:00:01"),
+    # ... but a cause printed beside it decides
+    ("nccl-error", "DeepEP timeout check failed: rank = 6, thread = 0, value = 1024\nHealth check failed. Server couldn't get a response from detokenizer for last 20 seconds."),
     # the CUDA runtime's fault strings (cudaGetErrorString), as torch raises them
     ("illegal-memory-access", tb(SCHED, "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1")),
     ("illegal-memory-access", tb(SCHED, "RuntimeError: CUDA error: misaligned address\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")),
@@ -197,3 +201,11 @@ NOT_FATAL_SIGNAL = ["Process SpawnProcess-1:1 exited with exitcode -9", "exitcod
 def test_a_kill_or_abort_exit_code_alone_is_not_a_fatal_signal(text):
     diagnoses = diagnose_lines(text.splitlines(), "<phrasing>", RULES, None)
     assert not diagnoses or diagnoses[0].match.category != "fatal-signal"
+
+
+def test_a_live_log_with_failed_health_checks_has_no_crash():
+    # A busy server (a long prefill) misses SGLang's 20 s health check and recovers: never a reason to restart it.
+    log = ["[2026-03-01 09:00:00] The server is fired up and ready to roll!",
+           "[2026-03-01 10:20:00] Health check failed. Server couldn't get a response from detokenizer for last 20 seconds. tic start time: 10:19:40. last_heartbeat time: 10:19:30",
+           "[2026-03-01 10:20:05 TP0] Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 0, token usage: 0.02, #running-req: 0, #queue-req: 0,"]
+    assert diagnose_lines(log, "<log>", RULES, None) == []

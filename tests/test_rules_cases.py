@@ -53,6 +53,9 @@ def test_every_rule_has_a_case(rules):
         for group in assemble_lines(entry["log"].splitlines(), entry["id"]):
             covered.add(rules.diagnose(group).match.rule_id)
     covered.add("ddtree-verify-graph-width")  # the founding log: tests/test_diagnose_cli.py
+    # Words of a pasted report only (a live log's failed health check is no crash):
+    # tests/test_diagnose_phrasings_sources.py.
+    covered.add("health-check-no-answer")
     # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
     from ddtreed.cli.diagnose_cmd import diagnose_lines
 
