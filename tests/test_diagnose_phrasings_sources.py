@@ -67,6 +67,12 @@ PHRASINGS += [
     ("nccl-error", "[rank0]:[E301 10:10:00.000000000 ProcessGroupNCCL.cpp:1895] [PG ID 0 PG GUID 0(default_pg) Rank 0] Received a dump signal due to a collective timeout from rank 3 and we will try our best to dump the debug info. Last enqueued NCCL work: 51, last completed NCCL work: 50."),
     ("nccl-error", tb(ALLREDUCE, "torch.distributed.DistBackendError: NCCL communicator was aborted on rank 1.")),
     ("nccl-error", "RuntimeError: NCCL communicator was aborted on rank 3.  Original reason for failure was: [Rank 3] Watchdog caught collective operation timeout"),
+    # torch's watchdog rethrows in its thread and the process aborts: the abort is its consequence
+    ("nccl-error", "[rank0]:[E301 10:10:00.000000000 ProcessGroupNCCL.cpp:1797] [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: NCCL error: unhandled cuda error\nFatal Python error: Aborted\n\nThread 0x00007f3a2b7fe640 (most recent call first):\n  <no Python frame>"),
+    ("illegal-memory-access", "[rank0]:[E301 10:10:00.000000000 ProcessGroupNCCL.cpp:1797] [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\nFatal Python error: Aborted"),
+    # sgl-kernel's custom all-reduce: the CUDA error, then the kernel's source location on the next line
+    ("nccl-error", "RuntimeError: invalid argument\n/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh:350"),
+    ("nccl-error", tb(SCHED + ["sglang/srt/distributed/device_communicators/custom_all_reduce.py:all_reduce"], "RuntimeError: invalid device pointer\n/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh:271")),
     # NCCL's own WARN lines (pasted without torch's wrapper)
     ("nccl-error", "node-3:4321:4400 [2] transport/net_ib.cc:1200 NCCL WARN NET/IB : Got completion from peer 10.1.0.7<47315> with status=12 opcode=129 len=0 vendor err 129 (Recv) localGid ::ffff:10.1.0.3 remoteGids::ffff:10.1.0.7 hca mlx5_2"),
     ("nccl-error", "node-3:4321:4400 [0] misc/socket.cc:538 NCCL WARN socketStartConnect: Connect to 10.1.0.7<60123> failed : Software caused connection abort"),

@@ -237,3 +237,9 @@ def test_the_same_trap_without_a_timeout_before_it_stays_a_device_fault():
     old = trapped("DeepEP timeout for dispatch receivers, rank 3, responsible_channel = 5, tokens remained: 12",
                   *[DECODE] * 250)
     assert diagnose_lines(old, "<log>", RULES, None)[0].match.category == "illegal-memory-access"
+
+
+def test_a_bare_exception_keeps_the_source_location_its_cpp_check_printed_under_it():
+    [[crash]] = assemble_lines(["RuntimeError: invalid argument", "/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh:350",
+                                "then the server exited"])
+    assert crash.message == "invalid argument\n/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh:350"

@@ -87,13 +87,15 @@ FATAL_LINES = (
     ("TCPStore", re.compile(r"(?P<message>.*TCPStore\b.*(?:[Bb]roken pipe|[Cc]onnection (?:reset|refused)|"
                             r"failed|timed out|[Tt]imeout).*)$")),
     ("NCCL watchdog", re.compile(r"(?P<message>.*(?:watchdog got stuck|Watchdog caught collective operation "
-                                 r"timeout|Heartbeat monitor timed out).*)$")),
+                                 r"timeout|Heartbeat monitor timed out|Process group watchdog thread terminated "
+                                 r"with exception).*)$")),
 )
 FATAL_NEEDLES = ("Fatal Python error", "Current thread 0x", "the profiled value -", "double free or corruption",
                  "free(): invalid", "corrupted size vs. prev_size", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
                  "attempting to bind on address", "ddress already in use", "EADDRINUSE", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
                  "fallen off the bus", "Segmentation fault", "Segfault encountered", "*** SIG", "TCPStore", "NCCL's watchdog got stuck",
-                 "Heartbeat monitor timed out", "Caught signal", "Watchdog caught collective")
+                 "Heartbeat monitor timed out", "Caught signal", "Watchdog caught collective",
+                 "watchdog thread terminated with exception")
 # argparse's last line: `sglang serve: error: unrecognized arguments: --x` (exit 2, no traceback).
 ARGPARSE_ERROR = re.compile(
     r"(?P<prog>[\w./ -]{1,80}?): error: (?P<message>(?:unrecognized arguments|argument -|the following "

@@ -83,9 +83,16 @@ _CANN = re.compile(r"(?:E[A-Z]\d{4}: |\[(?:ERROR|WARNING)\] \d{4}-\d\d-\d\d-\d\d
                    r"|TraceBack \(most recent call last\):)")
 
 
+# The source location C++ error macros put on the line after the error (sgl-kernel's CHECK_CUDA_SUCCESS:
+# `invalid argument` then `/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh:350`).
+_LOCATION = re.compile(r"/?(?:[\w.+-]+/)*[\w.+-]+\.(?:cuh|cu|cpp|cc|cxx|c|hpp|h):\d+$")
+
+
 def cann_continuation(stripped: str, after_cann: bool, indented: bool) -> bool:
-    """Does this line continue an NPU exception's message (`after_cann`: a CANN line came before)?"""
-    return _CANN.match(stripped) is not None or (after_cann and indented and bool(stripped))
+    """Does this line continue a bare exception line's message: an NPU (CANN) line (`after_cann`: one
+    came before, so its indented TraceBack lines follow), or the C++ source location under the error?"""
+    return (_CANN.match(stripped) is not None or (after_cann and indented and bool(stripped))
+            or _LOCATION.match(stripped) is not None)
 
 
 # `… hit an exception: torch.distributed.DistBackendError: NCCL error …` on one prefixed line.
