@@ -61,3 +61,11 @@ def test_a_quoted_or_blank_padded_traceback_paste_is_assembled(shape):
     [diagnosis] = diagnose_lines(lines, "<paste>", RULES, None)
     assert (diagnosis.match.category, diagnosis.crash.exception) == ("nccl-error", "torch.distributed.DistBackendError")
     assert len(diagnosis.crash.frames) == 2
+
+
+def test_a_code_fence_closes_a_traceback_cut_before_its_exception_line():
+    # The reporter's next words are not the exception line of the cut traceback.
+    lines = ["I got this error:", "```", *TRACEBACK[:5], "```", "Any idea?"]
+    [diagnosis] = diagnose_lines(lines, "<paste>", RULES, None)
+    assert diagnosis.crash.exception is None
+    assert diagnosis.crash.message == "traceback cut off before its exception line"

@@ -232,6 +232,8 @@ class Assembler:
                 builder.state = FRAMES if state == FRAMES else HEADER
             elif grammar.ELISION.match(stripped):
                 pass  # `...` or `[... 12 lines omitted ...]` where the reporter cut frames
+            elif state == FRAMES and stripped.startswith("```"):
+                return FINISH  # a report's code fence closes a paste cut before its exception line
             elif state == FRAMES and body[:1] in (" ", "\t"):
                 if after_frame:
                     builder.last_source = stripped[:500]  # the source line under a frame
