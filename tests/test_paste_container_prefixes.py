@@ -69,3 +69,12 @@ def test_a_code_fence_closes_a_traceback_cut_before_its_exception_line():
     [diagnosis] = diagnose_lines(lines, "<paste>", RULES, None)
     assert diagnosis.crash.exception is None
     assert diagnosis.crash.message == "traceback cut off before its exception line"
+
+
+def test_a_traceback_copied_from_a_pages_html_source_is_read_unescaped():
+    import html
+
+    lines = ["The server died with:", *(html.escape(line, quote=True) for line in TRACEBACK)]
+    assert "&quot;" in lines[2]
+    [diagnosis] = diagnose_lines(lines, "<paste>", RULES, None)
+    assert (diagnosis.match.category, len(diagnosis.crash.frames)) == ("nccl-error", 2)

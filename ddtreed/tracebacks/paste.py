@@ -9,6 +9,7 @@ exception-shaped, the text itself is the last candidate, so message families can
 
 from __future__ import annotations
 
+import html
 import re
 
 from ..records import Crash, Frame
@@ -56,6 +57,8 @@ def unquote(lines: list[str]) -> list[str]:
     """A pasted report's lines as its program printed them: without the trailing blanks a terminal
     copy adds, and without the `> ` of a Markdown quote when most lines carry one (a reply that
     quotes the error). A log without either is returned as it was."""
+    if any("&quot;" in line or "&#39;" in line or "&lt;" in line or "&gt;" in line for line in lines):
+        lines = [html.unescape(line) for line in lines]  # copied from a page's HTML source
     quoted = sum(1 for line in lines if line.startswith(">"))
     if quoted and quoted * 2 >= sum(1 for line in lines if line.strip()):
         lines = [line[_QUOTE.match(line).end():] if line.startswith(">") else line for line in lines]
