@@ -141,6 +141,8 @@ PHRASINGS += [
     ("no-gpu", tb(INIT, "RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!")),
     ("kernel-compile-error", tb(SCHED, "RuntimeError: CUDA error: no kernel image is available for execution on the device")),
     ("kernel-compile-error", tb(SCHED, "RuntimeError: CUDA error: invalid device function")),
+    # the CUDA driver API's result codes as torch_memory_saver prints them: 2 is CUDA_ERROR_OUT_OF_MEMORY
+    ("cuda-oom", "The memory saver fails at start-up:\n[torch_memory_saver.cpp] CUresult error  result=2 file=csrc/torch_memory_saver.cpp func=cu_mem_create line=103"),
     # the driver's Xid lines (dmesg / the kernel log pasted into a report)
     ("gpu-hardware-fault", "[Tue Mar  1 10:00:00 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python3, GPU has fallen off the bus."),
     ("gpu-hardware-fault", "NVRM: Xid (PCI:0000:3b:00): 48, pid=4242, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 0."),
@@ -172,6 +174,10 @@ PHRASINGS += [
     ("fatal-signal", "terminate called without an active exception"),
     ("fatal-signal", "run.sh: line 12:  4242 Segmentation fault      (core dumped) python3 -m sglang.launch_server --model-path /models/qwen"),
     ("fatal-signal", "Process SpawnProcess-1:1 exited with exitcode -11"),
+    # SGLang's SIGCHLD handler prints the raw wait status: 139 = SIGSEGV with a core dump, 9 = SIGKILL
+    ("fatal-signal", "The server log says:\n[2026-03-01 10:00:00] Child process unexpectedly failed with exitcode=139. pid=4242"),
+    ("fatal-signal", "Child process unexpectedly failed with an exit code 11. pid=4242"),
+    ("other", "After a few hours: Child process unexpectedly failed with exitcode=9. pid=211"),
 ]
 
 # Close wordings that belong elsewhere: a transport named in a refusal, an OOM inside NCCL's text.
@@ -200,7 +206,8 @@ def test_near_miss_keeps_its_category(expected, text):
 
 
 # Not a native crash: SIGKILL (the OOM killer, an operator) and SIGABRT's bare exit code (NCCL aborts too).
-NOT_FATAL_SIGNAL = ["Process SpawnProcess-1:1 exited with exitcode -9", "exitcode  : -9 (pid: 4242)", "Exit code: -6"]
+NOT_FATAL_SIGNAL = ["Process SpawnProcess-1:1 exited with exitcode -9", "exitcode  : -9 (pid: 4242)", "Exit code: -6",
+                    "Child process unexpectedly failed with exitcode=256. pid=4242"]
 
 
 @pytest.mark.parametrize("text", NOT_FATAL_SIGNAL)

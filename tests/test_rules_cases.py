@@ -56,6 +56,10 @@ def test_every_rule_has_a_case(rules):
     # Words of a pasted report only (a live log's failed health check is no crash):
     # tests/test_diagnose_phrasings_sources.py.
     covered.add("health-check-no-answer")
+    # SGLang's SIGCHLD warning with a raw wait status: also printed for helper processes (a JIT
+    # compile) of a server that keeps serving, so no crash of its own; quoted in reports:
+    # tests/test_diagnose_phrasings_sources.py.
+    covered |= {"child-status-fatal-signal", "child-status-sigkill"}
     # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
     from ddtreed.cli.diagnose_cmd import diagnose_lines
 

@@ -97,7 +97,9 @@ MESSAGE_FAMILIES: dict[str, str] = {
     "oom": (r"(?i:out of memory)|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
             r"|hipErrorOutOfMemory|Tried to allocate \d|(?i:insufficient (?:gpu )?memory)|CUDA_ERROR_OUT_OF_MEMORY"
             r"|[Ff]ailed to allocate (?:device |GPU |CUDA )?memory|cudaMalloc(?:Async)? (?:failed|error)|AlignedAllocator"
-            r"|\bOOM(?:s|ed)?\b(?:[^ ]| [^k]|$)"),
+            r"|\bOOM(?:s|ed)?\b(?:[^ ]| [^k]|$)"
+            # the driver API's result code 2 (CUDA_ERROR_OUT_OF_MEMORY), as torch_memory_saver prints it
+            r"|CUresult error\s+result=2\b"),
     "kv-pool": (r"KV cache pool|no GPU memory for the KV cache|increase --mem-fraction-static|token_to_kv_pool"
                 r"|(?:Prefill|Decode) out of memory|max_total_num_tokens|KV cache is full|not enough (?:space|memory)"
                 r" for (?:the )?KV"),
