@@ -241,7 +241,8 @@ class Assembler:
             elif state == FRAMES and (_carets(stripped) or (after_frame and _source_line(stripped))):
                 if after_frame:
                     builder.last_source = stripped[:500]  # the same, from a paste that lost its indentation
-            elif state == FRAMES and grammar.fatal_line(stripped):
+            elif (state == FRAMES and grammar.fatal_line(stripped)
+                  and not grammar.split_exception(stripped, strict=True)):
                 return FINISH  # `Fatal Python error: …` after faulthandler's frames: its own crash
             elif state == FRAMES:
                 builder.set_exception(*grammar.split_exception(stripped, strict=False))

@@ -47,10 +47,12 @@ NCCL_TIMEOUT = re.compile(r"\] (?P<message>\[(?:PG [^\]]*)?Rank \d+\] Watchdog c
 DEVICE_ASSERT = "Assertion `"
 # Python 3.13 colours tracebacks (file names, line numbers, exception names): SGR and other CSI codes.
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-# Prefixes container runtimes put before every line: docker compose's `sglang-1  | ` and the CRI
-# log format's `2026-03-24T12:06:12.101062401+08:00 stderr F `.
+# Prefixes container runtimes (and wrappers) put before every line: docker compose's `sglang-1  | `,
+# the CRI log format's `2026-03-24T12:06:12.101062401+08:00 stderr F `, FastChat's worker log.
 CONTAINER_PREFIX = re.compile(r"(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP](?: |$)"
-                              r"|[\w.-]{1,40} {0,8}\| ?)")
+                              r"|[\w.-]{1,40} {0,8}\| ?"
+                              # FastChat's workers: `2024-05-26 14:51:19 | ERROR | stderr | `
+                              r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| [A-Z]+ +\| [\w.:-]+ \| ?)")
 # A `[rank3]:` prefix torchrun puts on every line of a rank's output.
 TORCH_RANK_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
 # Lines a reporter (or a tool) put in place of frames: `...`, `[... 12 lines omitted ...]`.
