@@ -158,8 +158,9 @@ class Assembler:
             state.milestone = body.strip()[:300]
             self._comm.clear()
             return
-        if body.endswith(grammar.TRACEBACK_HEADER):
-            prefix = body[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
+        header = body.rstrip() if body[-1:] in (" ", "\t") else body  # a paste's trailing blanks
+        if header.endswith(grammar.TRACEBACK_HEADER):
+            prefix = header[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
             context = tuple(line for line in chunk.lines[max(0, index - CONTEXT_LOOKBACK):index]
                             if grammar.TRACEBACK_HEADER not in line and grammar.DEVICE_ASSERT not in line
                             and any(word in line for word in grammar.CONTEXT_WORDS))

@@ -51,20 +51,24 @@ def _uncontained(line: str) -> str:
 
 
 _QUOTE = re.compile(r"> ?")
+UNQUOTE_HEAD = 400  # lines: a quoted or HTML-escaped paste shows it from its start
 
 
 def unquote(lines: list[str]) -> list[str]:
-    """A pasted report's lines as its program printed them: without the trailing blanks a terminal
-    copy adds, and without the `> ` of a Markdown quote when most lines carry one (a reply that
-    quotes the error). A log without either is returned as it was."""
-    if any("&quot;" in line or "&#39;" in line or "&lt;" in line or "&gt;" in line for line in lines):
+    """A pasted report's lines as its program printed them: without the `> ` of a Markdown quote when
+    most lines carry one (a reply that quotes the error), with HTML's character references (`&quot;`)
+    read. A log without either is returned as it was; its first lines tell (a 100,000-line log costs
+    no pass of its own)."""
+    head = "\n".join(lines[:UNQUOTE_HEAD])
+    escaped = "&quot;" in head or "&#39;" in head or "&lt;" in head or "&gt;" in head
+    if not escaped and not (head.startswith(">") or "\n>" in head):
+        return lines
+    if escaped:
         lines = [html.unescape(line) for line in lines]  # copied from a page's HTML source
     quoted = sum(1 for line in lines if line.startswith(">"))
     if quoted and quoted * 2 >= sum(1 for line in lines if line.strip()):
-        lines = [line[_QUOTE.match(line).end():] if line.startswith(">") else line for line in lines]
-    elif not any(line[-1:] in (" ", "\t") for line in lines):
-        return lines
-    return [line.rstrip() for line in lines]
+        lines = [line[_QUOTE.match(line).end():].rstrip() if line.startswith(">") else line for line in lines]
+    return lines
 
 
 def looks_like_log(lines: list[str]) -> bool:
