@@ -53,9 +53,13 @@ def test_every_rule_has_a_case(rules):
         for group in assemble_lines(entry["log"].splitlines(), entry["id"]):
             covered.add(rules.diagnose(group).match.rule_id)
     covered.add("ddtree-verify-graph-width")  # the founding log: tests/test_diagnose_cli.py
-    # A bare death with communication WARN lines as context: tests/test_rules_death_lines.py (the
-    # assembler keeps no context for child deaths yet).
-    covered.add("child-died-after-comm-warnings")
+    # Words of a pasted report only (a live log's failed health check is no crash):
+    # tests/test_diagnose_phrasings_sources.py.
+    covered.add("health-check-no-answer")
+    # SGLang's SIGCHLD warning with a raw wait status: also printed for helper processes (a JIT
+    # compile) of a server that keeps serving, so no crash of its own; quoted in reports:
+    # tests/test_diagnose_phrasings_sources.py.
+    covered |= {"child-status-fatal-signal", "child-status-sigkill"}
     # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
     from ddtreed.cli.diagnose_cmd import diagnose_lines
 

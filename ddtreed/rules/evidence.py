@@ -97,7 +97,9 @@ MESSAGE_FAMILIES: dict[str, str] = {
     "oom": (r"(?i:out of memory)|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
             r"|hipErrorOutOfMemory|Tried to allocate \d|(?i:insufficient (?:gpu )?memory)|CUDA_ERROR_OUT_OF_MEMORY"
             r"|[Ff]ailed to allocate (?:device |GPU |CUDA )?memory|cudaMalloc(?:Async)? (?:failed|error)|AlignedAllocator"
-            r"|\bOOM(?:s|ed)?\b(?:[^ ]| [^k]|$)"),
+            r"|\bOOM(?:s|ed)?\b(?:[^ ]| [^k]|$)"
+            # the driver API's result code 2 (CUDA_ERROR_OUT_OF_MEMORY), as torch_memory_saver prints it
+            r"|CUresult error\s+result=2\b"),
     "kv-pool": (r"KV cache pool|no GPU memory for the KV cache|increase --mem-fraction-static|token_to_kv_pool"
                 r"|(?:Prefill|Decode) out of memory|max_total_num_tokens|KV cache is full|not enough (?:space|memory)"
                 r" for (?:the )?KV"),
@@ -107,19 +109,27 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"|collective operation|all_?reduce|all_?gather|broadcast (?:failed|timed out)|mooncake|RDMA|ibv_"
         r"|[Ss]ocket (?:timeout|error)|Connection reset by peer|Broken pipe|store_based_barrier"
         r"|waiting for clients|clients joined|[Ff]ailed to recv|[Rr]endezvous|(?:MASTER_ADDR|MASTER_PORT) expected|\b[HR]CCL\b|\bhccl|NIXL|\bnixl|\bUCX\b"
-        r"|(?i:socket (?:timeout|has timed out|closed))|store->get|Rendezvous\w*Error"),
+        r"|(?i:socket (?:timeout|has timed out|closed))|store->get|Rendezvous\w*Error"
+        r"|NET/(?:IB|Socket) ?:|socketStartConnect|/dev/shm/nccl-|Bootstrap ?: no socket interface|Duplicate GPU detected"),
     "kernel-build": (
         r"ptxas|nvcc|ninja|CompilationError|[Tt]riton (?:Error|compil)|JIT (?:compil|build)"
         r"|no kernel image is available|invalid device function|hipErrorInvalidDeviceFunction|sgl_kernel"
         r"|Could not run '|undefined symbol|Error building extension|PTX|cubin|[Uu]nsupported (?:GPU |CUDA )?"
         r"(?:arch|architecture|compute capability)|OutOfResources|out of resource|CUDA_HOME|nvrtc|NVRTC"
-        r"|named symbol not found|Command '\['[^']*(?:gcc|g\+\+|cc|nvcc|ninja|c\+\+)'"),
+        r"|named symbol not found|Command '\['[^']*(?:gcc|g\+\+|cc|nvcc|ninja|c\+\+)'"
+        r"|hipErrorNoBinaryForGpu|Unable to find code object for all current devices"),
     "illegal-memory": (
         r"illegal memory access|misaligned address|illegal instruction|Memory access fault by GPU"
         r"|device-side assert|unspecified launch failure|HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION"
         r"|HSA_STATUS_ERROR_EXCEPTION|page fault|cudaErrorIllegal\w+|(?:IndexKernel|Indexing|ScatterGatherKernel)\.cu"
         r"|cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED"
-        r"|(?i:out of bounds? tensor access)|index out of bounds"),
+        r"|(?i:out of bounds? tensor access)|index out of bounds"
+        r"|hardware stack error|an illegal address was encountered|invalid program counter|cudaErrorInvalidPc"
+        r"|CUDA_ERROR_(?:ILLEGAL_INSTRUCTION|MISALIGNED_ADDRESS|HARDWARE_STACK_ERROR)|hipErrorIllegalAddress"
+        r"|Out Of Range Address|MMU Fault"),
+    # A transport that gave up waiting inside a GPU kernel: DeepEP's and NVSHMEM's device-side
+    # timeouts print a line, then trap() the kernel (CUDA then says "unspecified launch failure").
+    "transport-timeout": (r"DeepEP\b[^\n]{0,80}\btime(?:d )?out|(?i:nvshmem)\w*\b[^\n]{0,80}\btime(?:d )?out"),
     "missing-module": (r"No module named|cannot import name|ModuleNotFoundError|is not installed|No package metadata was found"
                        r"|is installed with version \S+, which is less than the minimum required"
                        r"|(?:minimum|min) required version"
@@ -175,6 +185,7 @@ FAMILY_CATEGORIES: dict[str, tuple[str, ...]] = {
     "message:oom": ("cuda-oom", "kv-pool-too-small"),
     "message:kv-pool": ("kv-pool-too-small",),
     "message:comm-failure": ("nccl-error",),
+    "message:transport-timeout": ("nccl-error",),
     "message:kernel-build": ("kernel-compile-error",),
     "message:illegal-memory": ("illegal-memory-access",),
     "message:missing-module": ("missing-dependency",),
@@ -196,6 +207,13 @@ for _family, _names in EXCEPTION_FAMILIES.items():
         _EXCEPTION_INDEX.setdefault(_name, set()).add(_family)
 # Families a bare death takes from the lines it printed before it died (rules may match them).
 DEATH_LINE_FAMILIES = frozenset({"comm-failure"})
+# Deaths those lines never explain: SIGKILL (-9, 137; most often the OOM killer, after which the
+# other ranks' transports fail *because* it died) and the fatal signals of a native crash.
+UNEXPLAINED_EXITS = frozenset({-9, 137, -11, 139, -7, 135, -4, 132, -8, 136})
+# The errors a GPU kernel's trap() surfaces as: after a transport's device-side timeout line they are
+# its consequence, not a bad memory access of their own.
+_TRAPPED = re.compile(r"unspecified launch failure|an illegal instruction was encountered|cudaErrorLaunchFailure"
+                      r"|CUDA_ERROR_LAUNCH_FAILED")
 MESSAGE_SCAN_CHARS = 16_384  # families need the gist, not a 64 KB dump
 
 
@@ -309,11 +327,18 @@ def gather(crash: Crash, errors, frames: Iterable[str]) -> CrashEvidence:
             found = pattern.search(line[:2000])
             if found and name not in ("timeout", "connection"):
                 items.append(Evidence("line", name, _around(line, found.start(), found.end())))
-                if name in DEATH_LINE_FAMILIES and crash.kind in ("child-death", "killed"):
+                if (name in DEATH_LINE_FAMILIES and crash.kind in ("child-death", "killed")
+                        and crash.exit_code not in UNEXPLAINED_EXITS):
                     # A process that died without a word of its own: the transport's WARN lines
                     # it printed just before (NCCL, the c10d store) are all it said.
                     message_families.add(name)
                 break
+    if crash.kind == "traceback" and crash.context and _TRAPPED.search(crash.message[:2000]):
+        timeout = _MESSAGE_PATTERNS["transport-timeout"]
+        line = next((line for line in crash.context if timeout.search(line[:2000])), None)
+        if line is not None:
+            message_families.add("transport-timeout")
+            items.append(Evidence("line", "transport-timeout", line[:200]))
     for text in texts:
         for name, pattern in _MESSAGE_PATTERNS.items():
             if name in message_families:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import structlog
 
 from ..records import Crash, LogChunk
-from . import grammar, scan
+from . import grammar, native_lines, scan
 from .builder import AFTER, CHAIN, FRAMES, HEADER, MESSAGE, PYSPY, Builder
 from .groups import Group
 
@@ -63,6 +63,7 @@ class Assembler:
         self._ready: list[tuple[Crash, ...]] = []  # sealed when full, at most MAX_READY_GROUPS
         self._dropped = 0  # crashes of groups dropped since the last take()
         self._current: tuple[LogChunk, object] | None = None  # the chunk being fed, its lines by index
+        self._comm = native_lines.CommLines()  # failure lines of NCCL/c10d/gloo: a bare death's context
 
     # --- input --------------------------------------------------------------------------------
 
@@ -192,15 +193,23 @@ class Assembler:
         self._ordinary(state, now)
         if _is_milestone(body):
             state.milestone = body.strip()[:300]
+            self._comm.clear()
             return
-        if body.endswith(grammar.TRACEBACK_HEADER):
-            prefix = body[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
+        header = body.rstrip() if body[-1:] in (" ", "\t") else body  # a paste's trailing blanks
+        if header.endswith(grammar.TRACEBACK_HEADER):
+            prefix = header[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
             context = tuple(line for line in self._before(chunk, index, CONTEXT_LOOKBACK)
                             if grammar.TRACEBACK_HEADER not in line and grammar.DEVICE_ASSERT not in line
                             and any(word in line for word in grammar.CONTEXT_WORDS))
+            context += self._comm.before(chunk.source, number, now)  # a DeepEP timeout before a trap
             self._open(state, Builder("traceback", chunk.source, rank, prefix, number, now,
                                       context=tuple(state.recent) + context + _phase(state)),
                        self._text(chunk, index))
+            return
+        announced = native_lines.announced_inline(body)
+        if announced:  # `Scheduler hit an exception: DistBackendError: …`, no traceback under it
+            prefix = body[:body.index(native_lines.ANNOUNCED_NEEDLE) + len(native_lines.ANNOUNCED_NEEDLE) - 2].strip()
+            self._open_bare(state, chunk, number, rank, prefix, announced, self._text(chunk, index))
             return
         if grammar.WATCHDOG_TIMEOUT.search(body):
             builder = Builder("watchdog-timeout", chunk.source, rank, None, number, now, state=PYSPY)
@@ -216,14 +225,16 @@ class Assembler:
                 self._crash(Crash(kind="child-death", exception=None, message=body.strip(), rank=rank,
                                   exit_code=int(match.group("code")), source=chunk.source,
                                   first_line=number, last_line=number, detected_at=now,
-                                  excerpt=(self._text(chunk, index),), context=_phase(state)), now)
+                                  excerpt=(self._text(chunk, index),),
+                                  context=self._comm.before(chunk.source, number, now) + _phase(state)), now)
                 return
         fatal = grammar.fatal_line(body)
         if fatal:
             self._fatal(state, chunk, number, rank, fatal, self._text(chunk, index))
             return
         if grammar.SIGQUIT.search(body):
-            self._activity(now).add_sigquit(body.strip(), chunk.source, number)
+            self._activity(now).add_sigquit(body.strip(), chunk.source, number,
+                                            self._comm.before(chunk.source, number, now))
 
     def _ordinary(self, state: _SourceState, now: float) -> None:
         """A prefixed line ends the body in progress: a traceback is one write, so a prefixed
@@ -260,6 +271,8 @@ class Assembler:
                 builder.state = FRAMES if state == FRAMES else HEADER
             elif grammar.ELISION.match(stripped):
                 pass  # `...` or `[... 12 lines omitted ...]` where the reporter cut frames
+            elif state == FRAMES and stripped.startswith("```"):
+                return FINISH  # a report's code fence closes a paste cut before its exception line
             elif state == FRAMES and body[:1] in (" ", "\t"):
                 if after_frame:
                     builder.last_source = stripped[:500]  # the source line under a frame
@@ -267,7 +280,8 @@ class Assembler:
             elif state == FRAMES and (_carets(stripped) or (after_frame and _source_line(stripped))):
                 if after_frame:
                     builder.last_source = stripped[:500]  # the same, from a paste that lost its indentation
-            elif state == FRAMES and grammar.fatal_line(stripped):
+            elif (state == FRAMES and grammar.fatal_line(stripped)
+                  and not grammar.split_exception(stripped, strict=True)):
                 return FINISH  # `Fatal Python error: …` after faulthandler's frames: its own crash
             elif state == FRAMES:
                 builder.set_exception(*grammar.split_exception(stripped, strict=False))
@@ -276,6 +290,8 @@ class Assembler:
             else:
                 return SKIPPED if state == HEADER else FINISH
         elif state == MESSAGE:
+            if builder.bare and stripped and not builder.continues_bare(stripped, body[:1] in (" ", "\t")):
+                return FINISH  # a bare exception line takes only the NPU lines under it
             if not stripped:
                 builder.state = AFTER
             elif stripped in grammar.CHAIN_MARKERS:
@@ -300,8 +316,9 @@ class Assembler:
             return
         if stripped.endswith(grammar.TRACEBACK_HEADER):
             prefix = stripped[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
+            context = tuple(state.recent) + self._comm.before(chunk.source, number, now) + _phase(state)
             self._open(state, Builder("traceback", chunk.source, state.torch_rank, prefix, number, now,
-                                      context=tuple(state.recent) + _phase(state)), body)
+                                      context=context), body)
             return
         frame = grammar.FRAME.match(body)
         if frame:
@@ -324,6 +341,7 @@ class Assembler:
             state.torch_rank = f"rank{torch_rank.group('rank')}"
         if _is_milestone(stripped):
             state.milestone = stripped[:300]  # a paste without the log prefix
+            self._comm.clear()
             return
         fatal = grammar.fatal_line(stripped)
         argparse_error = grammar.ARGPARSE_ERROR.match(stripped) if ": error: " in stripped else None
@@ -356,13 +374,19 @@ class Assembler:
                 rank=state.torch_rank, source=chunk.source, first_line=number, last_line=number,
                 detected_at=now, excerpt=(body,)))
         elif grammar.split_exception(stripped, strict=True):
-            exception, message = grammar.split_exception(stripped, strict=True)
-            self._crash(Crash(kind="traceback", exception=exception, message=message,
-                              rank=state.torch_rank, source=chunk.source, first_line=number,
-                              last_line=number, detected_at=now, excerpt=(body,),
-                              context=tuple(state.recent) + _phase(state)), now)
-        elif any(word in body for word in grammar.CONTEXT_WORDS):
-            state.recent.append(stripped[:500])
+            self._open_bare(state, chunk, number, state.torch_rank, None,
+                            grammar.split_exception(stripped, strict=True), body)
+        else:
+            if any(word in body for word in grammar.CONTEXT_WORDS):
+                state.recent.append(stripped[:500])
+            self._comm.note(chunk.source, number, now, stripped)
+
+    def _open_bare(self, state: _SourceState, chunk: LogChunk, number: int, rank, prefix, error, raw: str) -> None:
+        """An exception line with no traceback: a crash of its own, with the NPU lines under it."""
+        builder = Builder("traceback", chunk.source, rank, prefix, number, chunk.received_at, bare=True,
+                          context=tuple(state.recent) + _phase(state))
+        builder.set_exception(*error)
+        self._open(state, builder, raw)
 
     def _feed_pyspy(self, state: _SourceState, body: str, number: int, now: float) -> bool:
         frame = grammar.PYSPY_FRAME.match(body)
@@ -521,7 +545,11 @@ def _source_line(stripped: str) -> bool:
 
 def unreverse(lines: list[str]) -> list[str]:
     """A paste in newest-line-first order (exception line on top, the `Traceback` header at the
-    bottom) put back in the order Python prints it. Other text is returned as it was."""
+    bottom) put back in the order Python prints it; a paste's quoting and trailing blanks
+    (`paste.unquote`) are taken off first. Other text is returned as it was."""
+    from .paste import unquote
+
+    lines = unquote(lines)
     header = grammar.TRACEBACK_HEADER
     if not any(line.rstrip().endswith(header) for line in lines):
         return lines

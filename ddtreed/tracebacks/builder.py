@@ -6,7 +6,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..records import Crash, Frame
-from . import grammar
+from . import grammar, native_lines
 
 MAX_FRAMES = 64  # per segment; the innermost (last) frames are kept
 MAX_MESSAGE_LINES = 40
@@ -48,6 +48,8 @@ class Builder:
     lines: int = 0
     after_frame: bool = False  # the previous line was a frame: the next may be its source line
     last_source: str = ""  # the source line under the innermost frame (`raise ValueError(…`)
+    bare: bool = False  # an exception line with no traceback: only NPU lines continue its message
+    after_cann: bool = False  # a CANN line was taken: the indented lines of its TraceBack follow
 
     def touch(self, number: int, text: str, now: float) -> None:
         self.last_line, self.last_activity = number, now
@@ -67,6 +69,12 @@ class Builder:
         segment = self.segments[-1]
         segment.exception, segment.message = exception, [message]
         self.state = MESSAGE
+
+    def continues_bare(self, stripped: str, indented: bool) -> bool:
+        if native_lines.cann_continuation(stripped, self.after_cann, indented):
+            self.after_cann = True
+            return True
+        return False
 
     def add_message_line(self, text: str) -> None:
         if len(self.segments[-1].message) < MAX_MESSAGE_LINES:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 
+# Communication failure lines (NCCL WARN, c10d, gloo …) are looked for outside tracebacks too.
+from .native_lines import ANNOUNCED_NEEDLE, COMM_NEEDLES as COMM_NEEDLES
+
 # `[2026-07-28 10:00:00 DP0 TP3] body`, milliseconds with SGLANG_LOG_MS=1, optionally behind a
 # Ray actor prefix `(SGLangHttpServer pid=41122) ` (the prefix repeats on every line).
 _ACTOR = re.compile(r"\((?:[^()]*? )?pid=\d+[^()]*\) ")
@@ -34,7 +37,9 @@ CHILD_DEATHS = (
     re.compile(r"Subprocess (?P<name>\S+) \(pid=(?P<pid>\d+)\) crashed with exit code (?P<code>-?\d+)"),
     re.compile(r"Rank (?P<name>\d+) scheduler died during initialization \(exit code: (?P<code>-?\d+)\)"),
 )
-SIGQUIT = re.compile(r"sigquit", re.IGNORECASE)
+# The launcher's two wordings (`Received sigquit from a child process. It usually means …`, `SIGQUIT
+# received. …`); never the word alone (`custom_sigquit_handler=None` in every server_args line).
+SIGQUIT = re.compile(r"received sigquit|sigquit received", re.IGNORECASE)
 TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 WHAT = re.compile(r"\s*what\(\):\s+(?P<message>.*)$")
 TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
@@ -42,10 +47,12 @@ NCCL_TIMEOUT = re.compile(r"\] (?P<message>\[(?:PG [^\]]*)?Rank \d+\] Watchdog c
 DEVICE_ASSERT = "Assertion `"
 # Python 3.13 colours tracebacks (file names, line numbers, exception names): SGR and other CSI codes.
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-# Prefixes container runtimes put before every line: docker compose's `sglang-1  | ` and the CRI
-# log format's `2026-03-24T12:06:12.101062401+08:00 stderr F `.
-CONTAINER_PREFIX = re.compile(r"(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] "
-                              r"|[\w.-]{1,40} {0,8}\| ?)")
+# Prefixes container runtimes (and wrappers) put before every line: docker compose's `sglang-1  | `,
+# the CRI log format's `2026-03-24T12:06:12.101062401+08:00 stderr F `, FastChat's worker log.
+CONTAINER_PREFIX = re.compile(r"(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP](?: |$)"
+                              r"|[\w.-]{1,40} {0,8}\| ?"
+                              # FastChat's workers: `2024-05-26 14:51:19 | ERROR | stderr | `
+                              r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| [A-Z]+ +\| [\w.:-]+ \| ?)")
 # A `[rank3]:` prefix torchrun puts on every line of a rank's output.
 TORCH_RANK_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
 # Lines a reporter (or a tool) put in place of frames: `...`, `[... 12 lines omitted ...]`.
@@ -82,13 +89,15 @@ FATAL_LINES = (
     ("TCPStore", re.compile(r"(?P<message>.*TCPStore\b.*(?:[Bb]roken pipe|[Cc]onnection (?:reset|refused)|"
                             r"failed|timed out|[Tt]imeout).*)$")),
     ("NCCL watchdog", re.compile(r"(?P<message>.*(?:watchdog got stuck|Watchdog caught collective operation "
-                                 r"timeout|Heartbeat monitor timed out).*)$")),
+                                 r"timeout|Heartbeat monitor timed out|Process group watchdog thread terminated "
+                                 r"with exception).*)$")),
 )
 FATAL_NEEDLES = ("Fatal Python error", "Current thread 0x", "the profiled value -", "double free or corruption",
                  "free(): invalid", "corrupted size vs. prev_size", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
                  "attempting to bind on address", "ddress already in use", "EADDRINUSE", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
                  "fallen off the bus", "Segmentation fault", "Segfault encountered", "*** SIG", "TCPStore", "NCCL's watchdog got stuck",
-                 "Heartbeat monitor timed out", "Caught signal", "Watchdog caught collective")
+                 "Heartbeat monitor timed out", "Caught signal", "Watchdog caught collective",
+                 "watchdog thread terminated with exception")
 # argparse's last line: `sglang serve: error: unrecognized arguments: --x` (exit 2, no traceback).
 ARGPARSE_ERROR = re.compile(
     r"(?P<prog>[\w./ -]{1,80}?): error: (?P<message>(?:unrecognized arguments|argument -|the following "
@@ -115,6 +124,7 @@ TAGGED_NEEDLES = (
     # glibc's 'double free'), where every fatal needle is looked for.
     *(needle for needle in FATAL_NEEDLES if needle not in ("double free or corruption", "fallen off the bus")),
     *MILESTONE_NEEDLES,
+    ANNOUNCED_NEEDLE,  # `Scheduler hit an exception: DistBackendError: …` with its error inline
     "\x1b[",  # a coloured line: stripped before anything else looks at it
 )
 

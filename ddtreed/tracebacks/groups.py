@@ -22,6 +22,7 @@ class Group:
     assert_samples: list[str] = field(default_factory=list)
     nccl: dict[str, Crash] = field(default_factory=dict)  # per source: a timeout line, no abort yet
     native_sources: set[str] = field(default_factory=set)  # sources whose C++ abort was parsed
+    sigquit_context: tuple[str, ...] = ()  # communication failure lines printed before the first SIGQUIT
 
     @property
     def full(self) -> bool:
@@ -30,7 +31,9 @@ class Group:
     def add_crash(self, crash: Crash) -> None:
         self.crashes.append(crash)
 
-    def add_sigquit(self, text: str, source: str, number: int) -> None:
+    def add_sigquit(self, text: str, source: str, number: int, context: tuple[str, ...] = ()) -> None:
+        if not self.sigquit:
+            self.sigquit_context = context
         if len(self.sigquit) < MAX_CONTEXT:
             self.sigquit.append((text, source, number))
 
@@ -61,7 +64,7 @@ class Group:
             text, source, number = self.sigquit[0]
             return [Crash(kind="child-death", exception=None, message=text, source=source,
                           first_line=number, last_line=number, detected_at=self.last_activity,
-                          excerpt=(text,))]
+                          excerpt=(text,), context=self.sigquit_context)]
         if self.asserts:
             return [Crash(kind="child-death", exception=None,
                           message="device-side assertion failed: " + self.assert_samples[0],

@@ -9,6 +9,7 @@ exception-shaped, the text itself is the last candidate, so message families can
 
 from __future__ import annotations
 
+import html
 import re
 
 from ..records import Crash, Frame
@@ -43,13 +44,40 @@ def _frames(lines: list[str]) -> tuple[Frame, ...]:
     return tuple(found[-64:])
 
 
+def _uncontained(line: str) -> str:
+    """The line a container runtime's prefix (`sglang-1  | `, CRI's `… stderr F `) carries."""
+    container = grammar.CONTAINER_PREFIX.match(line) if line[:1] not in ("[", " ", "\t", "") else None
+    return line[container.end():] if container else line
+
+
+_QUOTE = re.compile(r"> ?")
+UNQUOTE_HEAD = 400  # lines: a quoted or HTML-escaped paste shows it from its start
+
+
+def unquote(lines: list[str]) -> list[str]:
+    """A pasted report's lines as its program printed them: without the `> ` of a Markdown quote when
+    most lines carry one (a reply that quotes the error), with HTML's character references (`&quot;`)
+    read. A log without either is returned as it was; its first lines tell (a 100,000-line log costs
+    no pass of its own)."""
+    head = "\n".join(lines[:UNQUOTE_HEAD])
+    escaped = "&quot;" in head or "&#39;" in head or "&lt;" in head or "&gt;" in head
+    if not escaped and not (head.startswith(">") or "\n>" in head):
+        return lines
+    if escaped:
+        lines = [html.unescape(line) for line in lines]  # copied from a page's HTML source
+    quoted = sum(1 for line in lines if line.startswith(">"))
+    if quoted and quoted * 2 >= sum(1 for line in lines if line.strip()):
+        lines = [line[_QUOTE.match(line).end():].rstrip() if line.startswith(">") else line for line in lines]
+    return lines
+
+
 def looks_like_log(lines: list[str]) -> bool:
     """An SGLang log as the service wrote it (most lines carry its `[2026-…]` prefix, or it prints
     its server_args and milestones), not a report someone wrote around an error."""
     body = [line for line in lines if line.strip()]
     if not body:
         return True
-    tagged = sum(1 for line in body if _TAGGED.match(line) or grammar.CONTAINER_PREFIX.match(line))
+    tagged = sum(1 for line in body if _TAGGED.match(_uncontained(line)))
     if tagged >= 20 or any("server_args=ServerArgs(" in line for line in body[:400]):
         return True
     return tagged >= 0.6 * len(body)
@@ -69,7 +97,7 @@ def announced_crashes(lines: list[str], source: str = "<log>") -> tuple[Crash, .
     for number, raw in enumerate(lines, 1):
         if "xception" not in raw:
             continue
-        line = grammar.strip_ansi(raw).strip()
+        line = _uncontained(grammar.strip_ansi(raw)).strip()
         announced = _ANNOUNCED.search(line)
         if not announced or announced.group("rest").startswith(grammar.TRACEBACK_HEADER):
             continue
@@ -86,13 +114,14 @@ def announced_crashes(lines: list[str], source: str = "<log>") -> tuple[Crash, .
 def paste_crashes(lines: list[str], source: str = "<paste>", force: bool = False) -> tuple[Crash, ...]:
     """Candidate crashes named in a report's text (first mentions first); () for a log, unless
     `force` (the log did fail, but with nothing a rule knows)."""
+    lines = unquote(lines)
     if not force and looks_like_log(lines):
         return ()
     frames = _frames(lines)
     candidates: list[Crash] = []
     seen: set[tuple[str, str]] = set()
     for number, raw in enumerate(lines, 1):
-        line = grammar.strip_ansi(raw).strip()
+        line = _uncontained(grammar.strip_ansi(raw)).strip()
         if not line:
             continue
         if _USAGE.match(line):
