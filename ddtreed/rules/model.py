@@ -83,21 +83,23 @@ class Conditions:
     frame_families: tuple[str, ...] = ()  # each key: any of its families present
     exception_families: tuple[str, ...] = ()
     message_families: tuple[str, ...] = ()
+    raised_in: re.Pattern[str] | None = None  # the innermost frame: the code that raised
+    message_families_absent: tuple[str, ...] = ()  # none of these families in the chain's messages
 
     @property
     def weight(self) -> int:
         """How many conditions: the more specific rule wins a priority tie."""
         counted = (self.kinds, self.exceptions, self.messages, self.wrapper, self.inner_exceptions,
                    self.inner_message, self.prefix, self.exit_codes, self.signals, self.phases,
-                   self.frame_families, self.exception_families, self.message_families)
+                   self.frame_families, self.exception_families, self.message_families, self.raised_in)
         return (sum(1 for value in counted if value) + len(self.frames) + len(self.frames_absent)
-                + len(self.messages_absent))
+                + len(self.messages_absent) + len(self.message_families_absent))
 
     @property
     def family_only(self) -> bool:
         """Matches by families and phase alone: outranked by any rule naming a wording."""
         return not (self.exceptions or self.messages or self.wrapper or self.inner_exceptions
-                    or self.inner_message or self.prefix or self.frames)
+                    or self.inner_message or self.prefix or self.frames or self.raised_in)
 
     def test(self, view: CrashView) -> tuple[bool, list[str], dict[str, Any]]:
         """(held, reasons, params captured by named groups)."""
@@ -121,8 +123,12 @@ class Conditions:
     def _families(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
         evidence = view.evidence
         if evidence is None or not (self.phases or self.frame_families or self.exception_families
-                                    or self.message_families):
+                                    or self.message_families or self.message_families_absent):
             return True, ""
+        against = sorted(evidence.message_families & set(self.message_families_absent))
+        if against:
+            # The message names another failure (memory, a missing package, a port): not this rule's.
+            return False, f"message family {', '.join(against)} is excluded"
         shown = []
         for wanted, kind in ((self.phases, "phase"), (self.frame_families, "frames"),
                              (self.exception_families, "exception"), (self.message_families, "message")):
@@ -133,7 +139,7 @@ class Conditions:
             if not hit:
                 return False, f"{kind} family {sorted(have) or '(none)'} not in {list(wanted)}"
             shown.append(f"{kind} {', '.join(hit)}")
-        return True, "evidence: " + "; ".join(shown)
+        return True, "evidence: " + "; ".join(shown) if shown else ""
 
     def _error(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
         if not self.exceptions and not self.messages:
@@ -191,6 +197,14 @@ class Conditions:
         return held, f"prefix {crash.prefix!r} {'matches' if held else 'does not match'}"
 
     def _frames(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
+        if self.raised_in is not None:
+            # Where the error was raised, not merely a caller on the stack: a check in
+            # server_args.py raises there; a config read it calls raises in transformers.
+            innermost = f"{crash.frames[-1].module}:{crash.frames[-1].function}" if crash.frames else ""
+            found = self.raised_in.search(innermost) if innermost else None
+            if not found:
+                return False, f"raised in {innermost or '(no frame)'}, not /{self.raised_in.pattern}/"
+            params.update(_groups(found))
         for pattern in self.frames:
             # Innermost first: the frame nearest the error names it best.
             found = next((hit for hit in map(pattern.search, reversed(view.frames)) if hit), None)
@@ -201,7 +215,7 @@ class Conditions:
             hit = next((frame for frame in view.frames if pattern.search(frame)), None)
             if hit:
                 return False, f"frame {hit} matches excluded /{pattern.pattern}/"
-        if self.frames or self.frames_absent:
+        if self.frames or self.frames_absent or self.raised_in is not None:
             return True, "frame patterns hold"
         return True, ""
 

@@ -1,0 +1,167 @@
+# ruff: noqa: E501  (the phrasings are verbatim one-line messages)
+"""Rule families, not wordings: each failure class in the phrasings its real sources print (SGLang's
+own raise sites in server_args.py, arg_groups/, mem_cache/, model_loader/; torch's allocator and
+CHECK texts; Triton, ptxas, nvcc, ninja, FlashInfer's JIT, sgl_kernel's op registry, HIP;
+transformers, huggingface_hub and safetensors while a checkpoint loads; Python's import system),
+each in a context a report would carry it in: a full scheduler traceback, the same error with its
+frames trimmed, or an ERROR line. Written from those sources, never from the corpus's test part.
+
+The ranking traps of issue 15 are here too: a frame of server_args.py or of the model loader on the
+stack must not decide over a message that names another failure (memory, a missing module, a
+port, a kernel build), and an argument check that names a transport is a refused option."""
+
+import pytest
+
+from ddtreed.cli.diagnose_cmd import diagnose_lines
+from ddtreed.paths import shipped
+from ddtreed.rules import load_rules
+from phrasing_helpers import traceback_text
+
+RULES = load_rules([shipped("rules")])
+# What the launcher prints after a scheduler's one-line error (the line alone is not yet a crash).
+SIGQUIT = "[2026-05-01 10:00:01] Received sigquit from a child process. It usually means the child failed."
+BANNER = "[2026-05-01 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):"
+
+
+def tb(frames, last, before=""):
+    return traceback_text(frames, last, before, banner=BANNER, line=200, body="    call()")
+
+
+def plain_tb(frames, last, before=""):
+    return traceback_text(frames, last, before)
+
+
+SCHED = ["sglang/srt/managers/scheduler.py:run_scheduler_process", "sglang/srt/managers/scheduler.py:__init__"]
+MR = SCHED + ["sglang/srt/managers/tp_worker.py:__init__", "sglang/srt/model_executor/model_runner.py:__init__"]
+LOAD = MR + ["sglang/srt/model_executor/model_runner.py:load_model", "sglang/srt/model_loader/loader.py:load_model"]
+FWD = ["sglang/srt/managers/scheduler.py:event_loop_overlap", "sglang/srt/managers/scheduler.py:run_batch",
+       "sglang/srt/managers/tp_worker.py:forward_batch_generation", "sglang/srt/model_executor/model_runner.py:forward"]
+ARGS = ["sglang/launch_server.py:<module>", "sglang/srt/server_args.py:prepare_server_args",
+        "sglang/srt/server_args.py:from_cli_args", "sglang/srt/server_args.py:__post_init__"]
+HOOK = ARGS + ["sglang/srt/arg_groups/moe_hook.py:handle_a2a_moe"]
+CAPTURE = MR + ["sglang/srt/model_executor/model_runner.py:init_device_graphs",
+                "sglang/srt/model_executor/cuda_graph_runner.py:__init__", "sglang/srt/model_executor/cuda_graph_runner.py:capture"]
+POOL = MR + ["sglang/srt/model_executor/model_runner.py:init_memory_pool", "sglang/srt/mem_cache/kv_cache_configurator.py:configure"]
+HF = LOAD + ["sglang/srt/model_loader/loader.py:_prepare_weights", "sglang/srt/model_loader/weight_utils.py:download_weights_from_hf",
+             "huggingface_hub/_snapshot_download.py:snapshot_download"]
+CFG = SCHED + ["sglang/srt/configs/model_config.py:from_server_args", "sglang/srt/configs/model_config.py:__init__",
+               "sglang/srt/utils/hf_transformers_utils.py:get_config", "transformers/models/auto/configuration_auto.py:from_pretrained"]
+TRITON = FWD + ["sglang/srt/layers/attention/triton_ops/decode_attention.py:decode_attention_fwd",
+                "triton/runtime/jit.py:run", "triton/compiler/compiler.py:compile"]
+JIT = MR + ["sglang/srt/layers/attention/flashinfer_backend.py:__init__", "flashinfer/jit/core.py:build_and_load",
+            "flashinfer/jit/cpp_ext.py:run_ninja"]
+
+PHRASINGS = [
+ # --- unsupported-config: SGLang's argument checks, whatever transport or backend they name ---
+ ("unsupported-config", tb(HOOK, "ValueError: DeepEP v2 MoE currently supports only --moe-runner-backend deep_gemm. Got triton. Add a runner adapter before enabling DeepEP v2 with other MoE runners.")),
+ ("unsupported-config", tb(HOOK, "ValueError: DeepEP v2 MoE has not implemented the TBO/SBO overlap hooks yet. Disable --enable-two-batch-overlap and --enable-single-batch-overlap when using --moe-a2a-backend deepep_v2.")),
+ ("unsupported-config", tb(HOOK, "ValueError: --shared-experts-tp-size requires an expert-parallel all-to-all backend (deepep, megamoe, mooncake, ascend_fuseep or mori).")),
+ ("unsupported-config", tb(ARGS + ["sglang/srt/server_args.py:_handle_disaggregation"], "ValueError: PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, mori, ascend, or fake for synthetic benchmarking, got nccl.")),
+ ("unsupported-config", tb(ARGS + ["sglang/srt/server_args.py:_deterministic_rocm_rccl_check"], "ValueError: --disable-custom-all-reduce cannot be combined with --enable-deterministic-inference on ROCm when --tp-size is above 2: the all-reduce would run through RCCL.")),
+ ("unsupported-config", tb(ARGS + ["sglang/srt/server_args.py:_handle_elastic_ep"], "AssertionError: Elastic EP runtime scale-up requires --elastic-ep-backend mooncake (got elastic_ep_backend=nixl).")),
+ ("unsupported-config", tb(ARGS + ["sglang/srt/server_args.py:_handle_multimodal"], "TypeError: mm_process_config must be a dict, but got str")),
+ # the same refusals with the frames trimmed: their own words say "options"
+ ("unsupported-config", "ValueError: --enable-lmcache and --enable-hierarchical-cache are mutually exclusive"),
+ ("unsupported-config", "ValueError: The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot be used at the same time. Please use only one of them."),
+ ("unsupported-config", "ValueError: --disable-fast-image-processor conflicts with --image-processor-backend=pil."),
+ ("unsupported-config", "ValueError: --ssl-ca-certs has no effect without --ssl-certfile and --ssl-keyfile."),
+ ("unsupported-config", "ValueError: Cannot set --encoder-only and --language-only together"),
+ ("unsupported-config", "ValueError: SGLANG_MOE_NVFP4_DISPATCH cannot be set together with --flashinfer-a2a-dispatch-type."),
+ ("unsupported-config", "ValueError: Cannot enable both --enable-tokenizer-batch-encode and --enable-dynamic-batch-tokenizer. Please choose one tokenizer batching approach."),
+ ("unsupported-config", "ValueError: --prefill-kv-cache-dequant-dtype applies only with --kv-cache-dtype=nvfp4."),
+ ("unsupported-config", "AssertionError: KV4 MHA expects attention_backend to be one of ['fa3', 'trtllm_mha'], but got triton"),
+ ("unsupported-config", "ValueError: Invalid disaggregation_mode=both"),
+ ("unsupported-config", tb(ARGS, "ValueError: --grpc-port (30000) must differ from --port (30000)")),
+ # ...near misses in the same file: a port it cannot get, a package it needs, a Python bug
+ ("port-in-use", tb(ARGS + ["sglang/srt/server_args.py:_handle_ports"], "ValueError: nccl_port at 31000 is not available in 30 seconds.")),
+ ("missing-dependency", tb(ARGS + ["sglang/srt/server_args.py:_handle_ssl_validation"], "ValueError: --enable-http2 requires the 'granian' package. Install it with: pip install \"sglang[http2]\"")),
+ ("missing-dependency", tb(ARGS + ["sglang/srt/server_args.py:_handle_attention_backend_compatibility", "sglang/srt/utils/common.py:is_flashinfer_available"], "ModuleNotFoundError: No module named 'flashinfer'")),
+ ("model-load-error", tb(ARGS + ["sglang/srt/server_args.py:get_hf_config", "sglang/srt/utils/hf_transformers_utils.py:get_config", "transformers/models/auto/configuration_auto.py:from_pretrained", "transformers/configuration_utils.py:get_config_dict", "transformers/utils/hub.py:cached_file"], "OSError: /models/Qwen3-8B does not appear to have a file named config.json. Checkout 'https://huggingface.co//models/Qwen3-8B/tree/main' for available files.")),
+ ("no-gpu", tb(ARGS + ["sglang/srt/server_args.py:_handle_gpu_memory_settings", "sglang/srt/utils/common.py:get_device_memory_capacity", "torch/cuda/__init__.py:_lazy_init"], "RuntimeError: No CUDA GPUs are available")),
+ ("other", tb(ARGS + ["sglang/srt/server_args.py:_handle_speculative_decoding"], "TypeError: unsupported operand type(s) for +: 'NoneType' and 'int'")),
+
+ # --- model-load-error: transformers, huggingface_hub and safetensors while a checkpoint loads ---
+ ("model-load-error", tb(LOAD + ["sglang/srt/model_loader/loader.py:_prepare_weights"], "RuntimeError: Cannot find any model weights with `/models/DeepSeek-V3`")),
+ ("model-load-error", tb(HF + ["huggingface_hub/utils/_validators.py:_inner_fn", "huggingface_hub/_snapshot_download.py:_inner_hf_hub_download"], "huggingface_hub.errors.LocalEntryNotFoundError: An error happened while trying to locate the file on the Hub and we cannot find the requested files in the local cache. Please check your connection and try again or make sure your Internet connection is on.")),
+ ("model-load-error", "huggingface_hub.errors.LocalEntryNotFoundError: An error happened while trying to locate the file on the Hub and we cannot find the requested files in the local cache. Please check your connection and try again or make sure your Internet connection is on."),
+ ("model-load-error", tb(CFG + ["transformers/configuration_utils.py:get_config_dict", "transformers/utils/hub.py:cached_file"], "OSError: You are trying to access a gated repo.\nMake sure to have access to it at https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct.\n401 Client Error. (Request ID: Root=1-abc)")),
+ ("model-load-error", "OSError: You are trying to access a gated repo.\nMake sure to have access to it at https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct."),
+ ("model-load-error", tb(CFG, "OSError: Error no file named pytorch_model.bin, model.safetensors, tf_model.h5, model.ckpt.index or flax_model.msgpack found in directory /models/x.")),
+ ("model-load-error", tb(CFG, "ValueError: Unrecognized model in /models/x. Should have a `model_type` key in its config.json, or contain one of the following strings in its name: albert, align, altclip")),
+ ("model-load-error", tb(CFG + ["transformers/models/llama/configuration_llama.py:__init__", "transformers/models/llama/configuration_llama.py:_rope_scaling_validation"], "ValueError: `rope_scaling` must be a dictionary with two fields, `type` and `factor`, got {'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0, 'original_max_position_embeddings': 8192, 'rope_type': 'llama3'}")),
+ ("model-load-error", tb(LOAD + ["sglang/srt/model_loader/loader.py:load_weights_and_postprocess", "sglang/srt/models/qwen2.py:load_weights", "sglang/srt/model_loader/weight_utils.py:safetensors_weights_iterator", "safetensors/torch.py:load_file"], "safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge")),
+ ("model-load-error", "safetensors_rust.SafetensorError: Error while deserializing header: incomplete metadata, file not fully covered"),
+ ("model-load-error", tb(LOAD + ["sglang/srt/models/llama.py:load_weights", "sglang/srt/layers/linear.py:weight_loader"], "AssertionError: Attempted to load weight (torch.Size([4096, 4096])) into parameter (torch.Size([2048, 4096]))")),
+ ("model-load-error", tb(LOAD + ["sglang/srt/models/llama.py:load_weights", "sglang/srt/layers/vocab_parallel_embedding.py:weight_loader"], "RuntimeError: The size of tensor a (151936) must match the size of tensor b (152064) at non-singleton dimension 0")),
+ ("model-load-error", tb(CFG, "KeyError: 'qwen3_next'")),
+ ("model-load-error", "ValueError: The checkpoint you are trying to load has model type `qwen3_5_moe` but Transformers does not recognize this architecture. This could be because of an issue with the checkpoint, or because your version of Transformers is out of date."),
+ ("model-load-error", tb(LOAD + ["sglang/srt/model_loader/loader.py:_initialize_model", "sglang/srt/model_loader/utils.py:get_model_architecture", "sglang/srt/models/registry.py:resolve_model_cls", "sglang/srt/models/registry.py:_raise_for_unsupported"], "ValueError: Model architectures ['MiniMaxM2ForCausalLM'] are not supported for now. Supported architectures: dict_keys(['LlamaForCausalLM', 'Qwen2ForCausalLM'])")),
+ # ...near misses: the loader's frames do not decide over a message that names something else
+ ("cuda-oom", tb(LOAD + ["sglang/srt/model_loader/loader.py:_initialize_model", "sglang/srt/models/llama.py:__init__", "torch/nn/modules/module.py:to"], "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.16 GiB memory in use. Of the allocated memory 77.50 GiB is allocated by PyTorch, and 12.13 MiB is reserved by PyTorch but unallocated.")),
+ ("missing-dependency", tb(LOAD + ["sglang/srt/model_loader/loader.py:_initialize_model", "sglang/srt/layers/quantization/awq.py:__init__"], "ModuleNotFoundError: No module named 'awq_ext'")),
+ ("missing-dependency", tb(LOAD + ["sglang/srt/model_loader/loader.py:_get_quantized_weights_iterator"], "ImportError: Please install bitsandbytes>=0.44.0 via `pip install bitsandbytes>=0.44.0` to use bitsandbytes quantizer.")),
+ ("kernel-compile-error", tb(LOAD + ["sglang/srt/model_loader/loader.py:load_weights_and_postprocess", "sglang/srt/layers/quantization/fp8.py:process_weights_after_loading", "sgl_kernel/gemm.py:fp8_blockwise_scaled_mm", "torch/_ops.py:__call__"], "RuntimeError: CUDA error: no kernel image is available for execution on the device\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.")),
+ ("unsupported-config", tb(LOAD + ["sglang/srt/model_loader/loader.py:_initialize_model", "sglang/srt/configs/model_config.py:_verify_quantization"], "ValueError: fp8 quantization is currently not supported in ROCm.")),
+
+ # --- missing-dependency: every shape of a failed import ---
+ ("missing-dependency", plain_tb(["sglang/launch_server.py:<module>", "sglang/srt/entrypoints/http_server.py:<module>", "sglang/srt/managers/tokenizer_manager.py:<module>"], "ModuleNotFoundError: No module named 'sgl_kernel'")),
+ ("missing-dependency", "ImportError: libnuma.so.1: cannot open shared object file: No such file or directory"),
+ ("missing-dependency", plain_tb(["sglang/srt/layers/quantization/fp8_kernel.py:<module>", "sgl_kernel/__init__.py:<module>", "ctypes/__init__.py:__init__"], "OSError: libibverbs.so.1: cannot open shared object file: No such file or directory")),
+ ("missing-dependency", tb(LOAD + ["sglang/srt/model_loader/loader.py:_initialize_model", "transformers/dynamic_module_utils.py:check_imports"], "ImportError: This modeling file requires the following packages that were not found in your environment: flash_attn. Run `pip install flash_attn`")),
+ ("missing-dependency", "RuntimeError: Cannot find a working triton installation. Either the package is not installed or it is too old. More information on installing Triton can be found at: https://github.com/triton-lang/triton"),
+ ("missing-dependency", "ImportError: cannot import name 'is_torch_fx_available' from 'transformers.utils' (/usr/local/lib/python3.12/dist-packages/transformers/utils/__init__.py)"),
+ ("missing-dependency", plain_tb(["sglang/srt/utils/common.py:assert_pkg_version"], "Exception: sgl-kernel is installed with version 0.3.1, which is less than the minimum required version 0.3.5. Please reinstall the latest version with `pip install sgl-kernel --force-reinstall`")),
+ # ...near miss: an sgl_kernel build with the symbols of another torch is a kernel mismatch
+ ("kernel-compile-error", plain_tb(["sglang/srt/layers/activation.py:<module>", "sgl_kernel/__init__.py:<module>", "sgl_kernel/load_utils.py:_load_architecture_specific_ops"], "ImportError: /usr/local/lib/python3.12/dist-packages/sgl_kernel/sm90/common_ops.abi3.so: undefined symbol: _ZNK3c1010TensorImpl15incref_pyobjectEv")),
+
+ # --- kernel-compile-error: Triton, ptxas, nvcc, ninja, FlashInfer JIT, sgl_kernel ops, HIP ---
+ ("kernel-compile-error", tb(TRITON + ["triton/compiler/compiler.py:make_ir"], "triton.compiler.errors.CompilationError: at 45:16:\n        offs_n = start_n + tl.arange(0, BLOCK_N)\n                ^\nValueError('arange\\'s range must be a power of 2')")),
+ ("kernel-compile-error", tb(TRITON + ["triton/backends/nvidia/compiler.py:make_cubin"], "triton.runtime.errors.PTXASError: PTXAS error: Internal Triton PTX codegen error\n`ptxas` stderr:\nptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'")),
+ ("kernel-compile-error", tb(TRITON + ["triton/runtime/driver.py:__getattr__", "triton/backends/nvidia/driver.py:__init__", "triton/runtime/build.py:_build", "subprocess.py:check_call"], "subprocess.CalledProcessError: Command '['/usr/bin/gcc', '/tmp/tmpabc/main.c', '-O3', '-shared', '-fPIC', '-o', '/tmp/tmpabc/cuda_utils.cpython-312-x86_64-linux-gnu.so', '-lcuda']' returned non-zero exit status 1.")),
+ ("kernel-compile-error", "/usr/bin/ld: cannot find -lcuda: No such file or directory\ncollect2: error: ld returned 1 exit status"),
+ ("kernel-compile-error", tb(TRITON, "RuntimeError: Triton Error [CUDA]: device kernel image is invalid")),
+ ("kernel-compile-error", tb(JIT, "RuntimeError: Ninja build failed. Ninja output:\nFAILED: batch_decode_with_kv_cache.cuda.o\nnvcc fatal   : Unsupported gpu architecture 'compute_120a'\nninja: build stopped: subcommand failed.")),
+ ("kernel-compile-error", "nvcc fatal   : Unsupported gpu architecture 'compute_120a'"),
+ ("kernel-compile-error", tb(FWD + ["sglang/srt/layers/moe/fused_moe_triton/fused_moe.py:moe_align_block_size", "sgl_kernel/moe.py:moe_align_block_size", "torch/_ops.py:__getattr__"], "AttributeError: '_OpNamespace' 'sgl_kernel' object has no attribute 'moe_align_block_size'")),
+ ("kernel-compile-error", "RuntimeError: No such operator sgl_kernel::fp8_scaled_mm"),
+ ("kernel-compile-error", tb(FWD + ["aiter/ops/triton/gemm_a8w8.py:gemm_a8w8"], "RuntimeError: HIP error: invalid device function\nHIP kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing AMD_SERIALIZE_KERNEL=3")),
+ ("kernel-compile-error", "rocBLAS error: Cannot read /opt/rocm/lib/rocblas/library/TensileLibrary.dat: No such file or directory for GPU arch : gfx1100"),
+ ("kernel-compile-error", "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.\nCUDA kernel errors might be asynchronously reported at some other API call"),
+ ("kernel-compile-error", tb(FWD + ["torch/_inductor/codecache.py:load", "torch/_inductor/runtime/triton_heuristics.py:precompile"], "torch._inductor.exc.InductorError: SubprocessException: An exception occurred in a subprocess:\nptxas fatal   : Value 'sm_120a' is not defined for option 'gpu-name'")),
+ # ...near miss: a Triton kernel that ran out of memory at run time is memory
+ ("cuda-oom", tb(TRITON, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of 23.55 GiB of which 201.12 MiB is free.")),
+
+ # --- cuda-oom: torch's and the libraries' allocation failures, any phase ---
+ ("cuda-oom", tb(FWD + ["sglang/srt/layers/logits_processor.py:forward", "torch/nn/functional.py:linear"], "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.27 GiB. GPU 0 has a total capacity of 79.10 GiB of which 4.31 GiB is free. Process 112358 has 74.78 GiB memory in use. Of the allocated memory 70.12 GiB is allocated by PyTorch, and 1.89 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")),
+ ("cuda-oom", tb(FWD + ["torch/nn/functional.py:linear"], "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")),
+ ("cuda-oom", tb(FWD, "torch.AcceleratorError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.")),
+ ("cuda-oom", "[2026-05-01 10:00:00 TP3] Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 224.00 MiB. GPU 3 has a total capacity of 139.72 GiB of which 97.06 MiB is free.\n" + SIGQUIT),
+ ("cuda-oom", tb(FWD + ["sglang/srt/layers/moe/fused_moe_triton/fused_moe.py:fused_experts_impl"], "torch.cuda.OutOfMemoryError: HIP out of memory. Tried to allocate 3.50 GiB. GPU 0 has a total capacity of 191.98 GiB of which 1.20 GiB is free.")),
+ ("cuda-oom", tb(FWD + ["flashinfer/prefill.py:plan"], "RuntimeError: Failed to allocate memory for batch_prefill_tmp_s with size 13631488 and alignment 16 in AlignedAllocator")),
+ ("cuda-oom", tb(CAPTURE, "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.40 GiB is free.\nPossible solutions:\n1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n3. disable torch compile by not using --enable-torch-compile\n4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)")),
+
+ # --- kv-pool-too-small: SGLang's memory-pool sizing and slot allocation ---
+ ("kv-pool-too-small", tb(POOL + ["sglang/srt/mem_cache/kv_cache_configurator.py:_profile_available_bytes"], "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.6. Raise --mem-fraction-static above 0.712 (minimum viable = 1 - available/pre = 0.7021). If using speculative decoding, draft weights are now counted.")),
+ ("kv-pool-too-small", tb(POOL + ["sglang/srt/mem_cache/kv_cache_configurator.py:resolve_max_num_reqs"], "RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. max_mamba_cache_size=4, mamba_ratio=3, resulting max_num_reqs=0. Try: (1) reduce --max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs with more memory.")),
+ ("kv-pool-too-small", tb(FWD + ["sglang/srt/managers/schedule_batch.py:prepare_for_extend", "sglang/srt/mem_cache/memory_pool.py:alloc"], "AssertionError: Not enough space for mamba cache, try to increase --mamba-full-memory-ratio or --max-mamba-cache-size.")),
+ ("kv-pool-too-small", tb(POOL, "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.")),
+ ("kv-pool-too-small", tb(FWD + ["sglang/srt/managers/schedule_batch.py:prepare_for_extend", "sglang/srt/mem_cache/allocation.py:alloc_req_slots"], "RuntimeError: alloc_req_slots runs out of memory. Please set a smaller number for `--max-running-requests`. req_to_token_pool.available_size()=0, num_reqs=1, ")),
+ ("kv-pool-too-small", tb(FWD + ["sglang/srt/managers/schedule_batch.py:prepare_for_decode", "sglang/srt/mem_cache/common.py:alloc_for_decode", "sglang/srt/mem_cache/common.py:alloc_token_slots"], "RuntimeError: Decode out of memory. Try to lower your batch size.\nTry to allocate 64 tokens.\nAvailable tokens: 0\nself.token_to_kv_pool_allocator.available_size()=0\nself.tree_cache.evictable_size()=0\n")),
+
+ # --- kv-cache-leak: the idle check's wordings ---
+ ("kv-cache-leak", tb(FWD + ["sglang/srt/managers/scheduler.py:self_check_during_idle", "sglang/srt/managers/scheduler_runtime_checker_mixin.py:check_memory"], "ValueError: token_to_kv_pool_allocator memory leak detected! self.max_total_num_tokens=1000, available_size=900, evictable_size=0, protected_size=0")),
+ ("kv-cache-leak", tb(FWD + ["sglang/srt/managers/scheduler_runtime_checker_mixin.py:check_memory"], "ValueError: SWA Pool Mem Leak Detected! swa_available_size=100, swa_evictable_size=0")),
+ ("kv-cache-leak", "[2026-05-01 10:00:00 TP0] Scheduler hit an exception: ValueError: Mamba Pool Mem Leak Detected! mamba_available_size=10, mamba_evictable_size=2\n" + SIGQUIT),
+
+ # --- cuda-graph-capture-failed: errors raised inside capture, with and without SGLang's banner ---
+ ("cuda-graph-capture-failed", tb(CAPTURE + ["sglang/srt/model_executor/cuda_graph_runner.py:capture_one_batch_size", "torch/cuda/graphs.py:__exit__"], "RuntimeError: CUDA error: operation failed due to a previous error during capture\nCUDA kernel errors might be asynchronously reported at some other API call")),
+ ("cuda-graph-capture-failed", tb(CAPTURE + ["sglang/srt/model_executor/cuda_graph_runner.py:capture_one_batch_size", "torch/cuda/random.py:get_rng_state"], "RuntimeError: Cannot call CUDAGeneratorImpl::current_seed during CUDA graph capture. If you need this call to be captured, please file an issue. Current cudaStreamCaptureStatus: cudaStreamCaptureStatusActive")),
+ ("cuda-graph-capture-failed", "[2026-05-01 10:00:00 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=20.00 GB\n" + tb(["sglang/srt/layers/attention/flashinfer_backend.py:init_forward_metadata_capture_cuda_graph"], "AssertionError: flashinfer decode wrapper capture needs a fixed batch size")),
+]
+
+
+@pytest.mark.parametrize("category,text", PHRASINGS, ids=lambda value: value if len(value) < 30 else None)
+def test_family_phrasing_gets_its_category(category, text):
+    diagnoses = diagnose_lines(text.splitlines(), "<phrasing>", RULES, None)
+    assert diagnoses, "nothing diagnosed"
+    assert diagnoses[0].match.category == category, (diagnoses[0].match.rule_id, diagnoses[0].match.diagnosis)
