@@ -165,3 +165,55 @@ def test_family_phrasing_gets_its_category(category, text):
     diagnoses = diagnose_lines(text.splitlines(), "<phrasing>", RULES, None)
     assert diagnoses, "nothing diagnosed"
     assert diagnoses[0].match.category == category, (diagnoses[0].match.rule_id, diagnoses[0].match.diagnosis)
+
+
+WARMUP = plain_tb(["sglang/srt/entrypoints/http_server.py:_wait_and_warmup", "requests/api.py:post", "requests/adapters.py:send"],
+                  "requests.exceptions.ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=30000): Max retries exceeded with url: /generate (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object at 0x7f>: Failed to establish a new connection: [Errno 111] Connection refused'))")
+LAUNCHER_EOF = plain_tb(["sglang/launch_server.py:<module>", "sglang/srt/entrypoints/http_server.py:launch_server", "sglang/srt/entrypoints/engine.py:_launch_subprocesses", "sglang/srt/entrypoints/engine.py:_wait_for_scheduler_ready", "multiprocessing/connection.py:recv", "multiprocessing/connection.py:_recv_bytes"], "EOFError")
+WATCHDOG = ("[rank1]:[E1201 10:15:00.000000 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600021 milliseconds before timing out.")
+
+# (category, the first cause's text, the echoes printed after it): the first cause decides.
+FIRST_CAUSE = [
+ ("cuda-oom", tb(FWD, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 2.10 GiB is free."), [SIGQUIT, WARMUP]),
+ ("model-load-error", tb(LOAD + ["sglang/srt/models/qwen3.py:load_weights"], "KeyError: 'model.layers.0.mlp.experts.w13_weight_scale_inv'"), ["[2026-05-01 10:00:02] Rank 0 scheduler is dead. Please check if there are relevant logs.", LAUNCHER_EOF]),
+ ("missing-dependency", tb(MR + ["sglang/srt/layers/attention/flashinfer_backend.py:__init__"], "ModuleNotFoundError: No module named 'flashinfer'"), ["[2026-05-01 10:00:02] Rank 0 scheduler is dead. Please check if there are relevant logs.", LAUNCHER_EOF]),
+ ("kv-cache-leak", tb(FWD + ["sglang/srt/managers/scheduler_runtime_checker_mixin.py:check_memory"], "ValueError: token_to_kv_pool_allocator memory leak detected! self.max_total_num_tokens=1000, available_size=900, evictable_size=0, protected_size=0"), [WATCHDOG, SIGQUIT]),
+ ("kv-pool-too-small", tb(POOL, "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."), ["[2026-05-01 10:00:02] Rank 0 scheduler is dead. Please check if there are relevant logs.", LAUNCHER_EOF]),
+ ("kernel-compile-error", tb(JIT, "RuntimeError: Ninja build failed. Ninja output:\nnvcc fatal   : Unsupported gpu architecture 'compute_120a'"), [SIGQUIT, WARMUP]),
+ ("unsupported-config", tb(HOOK, "ValueError: DeepEP v2 MoE is not validated as a speculative draft backend. Select another --speculative-moe-a2a-backend."), []),
+ ("cuda-graph-capture-failed", tb(CAPTURE + ["torch/_dynamo/eval_frame.py:_fn"], "torch._dynamo.exc.Unsupported: Attempted to call function marked as skipped"), [WATCHDOG, SIGQUIT]),
+]
+
+
+@pytest.mark.parametrize("category,first,echoes", FIRST_CAUSE, ids=[c for c, _, _ in FIRST_CAUSE])
+def test_the_first_cause_decides_over_the_echoes_after_it(category, first, echoes):
+    # SGLang logs the scheduler's traceback with its trailing newline: a blank line ends it.
+    lines = "\n".join([first, "", *echoes]).splitlines()
+    [diagnosis] = diagnose_lines(lines, "<log>", RULES, None)
+    assert diagnosis.match.category == category, (diagnosis.match.rule_id, diagnosis.match.diagnosis)
+
+
+MORE = [
+ # an ImportError in any words is the environment's; argparse's type checks refuse values
+ ("missing-dependency", tb(MR + ["sglang/srt/layers/moe/token_dispatcher/moriep.py:__init__"], "ImportError: MORI EPv2 requires a MORI build with cco and dispatch_combine_v2")),
+ ("missing-dependency", "ImportError: DLL load failed while importing _C: The specified module could not be found."),
+ ("unsupported-config", plain_tb(ARGS + ["argparse.py:parse_args", "sglang/srt/model_executor/cuda_graph_config.py:parse_cuda_graph_config_arg"], "argparse.ArgumentTypeError: --cuda-graph-config['decode'] must be a JSON object, got 8")),
+ # ...near miss: an import during capture that a kernel needs is still the capture's kernel problem
+ ("kernel-compile-error", tb(CAPTURE + ["sgl_kernel/__init__.py:<module>"], "ImportError: /usr/local/lib/python3.12/dist-packages/sgl_kernel/common_ops.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEi")),
+]
+
+
+@pytest.mark.parametrize("category,text", MORE, ids=lambda value: value if len(value) < 30 else None)
+def test_more_family_phrasings(category, text):
+    test_family_phrasing_gets_its_category(category, text)
+
+
+def test_a_stack_cut_in_the_argument_checks_reads_as_refused_options():
+    text = plain_tb(ARGS + ["sglang/srt/server_args.py:_handle_speculative_decoding"], "    if self.speculative_algorithm == \"DFLASH\":")
+    [diagnosis] = diagnose_lines(text.splitlines()[:-1], "<paste>", RULES, None)  # the error line cut
+    assert (diagnosis.match.category, diagnosis.match.rule_id) == ("unsupported-config", "argument-checks-stack-cut-off")
+    # ...while a stack cut in a helper the checks call is not claimed by it
+    helper = plain_tb(ARGS + ["sglang/srt/utils/hf_transformers_utils.py:get_config"], "x")
+    [other] = diagnose_lines(helper.splitlines()[:-1], "<paste>", RULES, None)
+    assert other.match.rule_id != "argument-checks-stack-cut-off"
