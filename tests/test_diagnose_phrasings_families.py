@@ -195,6 +195,15 @@ def test_the_first_cause_decides_over_the_echoes_after_it(category, first, echoe
 
 
 MORE = [
+ # NotImplementedError pasted alone or raised in a library; Rust launchers' clap errors; tensor-parallel refusals
+ ("unsupported-config", "NotImplementedError: Speculative decoding is not implemented for this model"),
+ ("unsupported-config", plain_tb(["flashinfer/decode.py:plan", "flashinfer/utils.py:_check_kv_layout"], "NotImplementedError: KV layout HND is not supported for this kernel")),
+ ("unsupported-config", "error: unexpected argument '--prefill-urls' found\n\n  tip: to pass '--prefill-urls' as a value, use '-- --prefill-urls'\n\nUsage: sglang-router [OPTIONS]"),
+ ("unsupported-config", "error: invalid value 'rr' for '--policy <POLICY>'\n  [possible values: random, round_robin, cache_aware, power_of_two]"),
+ ("unsupported-config", "RuntimeError: The specified --tp-size 3 does not evenly divide the number of attention heads 32"),
+ ("unsupported-config", "ValueError: The input size is not aligned with the quantized weight shape. This can be caused by too large tensor parallel size."),
+ # ...near miss: a memory pool's placeholder method stays SGLang's bug
+ ("other", tb(FWD + ["sglang/srt/mem_cache/memory_pool.py:get_cpu_copy"], "NotImplementedError")),
  # an ImportError in any words is the environment's; argparse's type checks refuse values
  ("missing-dependency", tb(MR + ["sglang/srt/layers/moe/token_dispatcher/moriep.py:__init__"], "ImportError: MORI EPv2 requires a MORI build with cco and dispatch_combine_v2")),
  ("missing-dependency", "ImportError: DLL load failed while importing _C: The specified module could not be found."),
