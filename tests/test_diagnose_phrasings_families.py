@@ -111,6 +111,12 @@ PHRASINGS = [
  ("missing-dependency", "RuntimeError: Cannot find a working triton installation. Either the package is not installed or it is too old. More information on installing Triton can be found at: https://github.com/triton-lang/triton"),
  ("missing-dependency", "ImportError: cannot import name 'is_torch_fx_available' from 'transformers.utils' (/usr/local/lib/python3.12/dist-packages/transformers/utils/__init__.py)"),
  ("missing-dependency", plain_tb(["sglang/srt/utils/common.py:assert_pkg_version"], "Exception: sgl-kernel is installed with version 0.3.1, which is less than the minimum required version 0.3.5. Please reinstall the latest version with `pip install sgl-kernel --force-reinstall`")),
+ # installed, but at a version the rest cannot use (system libraries, NumPy's ABI, transformers' lazy imports, torchvision)
+ ("missing-dependency", plain_tb(["sglang/srt/layers/activation.py:<module>", "sgl_kernel/__init__.py:<module>"], "ImportError: /lib/x86_64-linux-gnu/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by /usr/local/lib/python3.12/dist-packages/sgl_kernel/sm90/common_ops.abi3.so)")),
+ ("missing-dependency", "A module that was compiled using NumPy 1.x cannot be run in\nNumPy 2.1.0 as it may crash. To support both 1.x and 2.x\nversions of NumPy, modules must be compiled with NumPy 2.0."),
+ ("missing-dependency", tb(LOAD + ["transformers/utils/import_utils.py:_get_module"], "RuntimeError: Failed to import transformers.models.qwen2.modeling_qwen2 because of the following error (look up to see its traceback):\nNo module named 'torch.distributed.tensor'")),
+ ("missing-dependency", plain_tb(["sglang/srt/multimodal/processors/qwen_vl.py:<module>", "torchvision/__init__.py:<module>", "torchvision/_meta_registrations.py:<module>", "torch/library.py:register_fake"], "RuntimeError: operator torchvision::nms does not exist")),
+ ("missing-dependency", "Could not load library libcudnn_cnn_infer.so.8. Error: libcudnn_cnn_infer.so.8: cannot open shared object file: No such file or directory"),
  # ...near miss: an sgl_kernel build with the symbols of another torch is a kernel mismatch
  ("kernel-compile-error", plain_tb(["sglang/srt/layers/activation.py:<module>", "sgl_kernel/__init__.py:<module>", "sgl_kernel/load_utils.py:_load_architecture_specific_ops"], "ImportError: /usr/local/lib/python3.12/dist-packages/sgl_kernel/sm90/common_ops.abi3.so: undefined symbol: _ZNK3c1010TensorImpl15incref_pyobjectEv")),
 
@@ -128,6 +134,14 @@ PHRASINGS = [
  ("kernel-compile-error", "rocBLAS error: Cannot read /opt/rocm/lib/rocblas/library/TensileLibrary.dat: No such file or directory for GPU arch : gfx1100"),
  ("kernel-compile-error", "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.\nCUDA kernel errors might be asynchronously reported at some other API call"),
  ("kernel-compile-error", tb(FWD + ["torch/_inductor/codecache.py:load", "torch/_inductor/runtime/triton_heuristics.py:precompile"], "torch._inductor.exc.InductorError: SubprocessException: An exception occurred in a subprocess:\nptxas fatal   : Value 'sm_120a' is not defined for option 'gpu-name'")),
+ # compilers' own failure lines (LLVM behind Triton, MLIR's pass manager, nvcc diagnostics, torch's compiler checks)
+ ("kernel-compile-error", "LLVM ERROR: Cannot select: intrinsic %llvm.nvvm.shfl.sync.bfly.i32"),
+ ("kernel-compile-error", tb(TRITON + ["triton/backends/nvidia/compiler.py:make_llir"], "RuntimeError: PassManager::run failed")),
+ ("kernel-compile-error", tb(FWD + ["torch/_inductor/codecache.py:compile_file"], "torch._inductor.exc.CppCompileError: C++ compile error")),
+ ("kernel-compile-error", "/usr/local/cuda/include/cuda_fp8.hpp(12): error: identifier \"__nv_fp8_e4m3\" is undefined\n1 error detected in the compilation of \"/tmp/norm.cu\"."),
+ ("kernel-compile-error", tb(JIT + ["torch/utils/cpp_extension.py:_check_cuda_version"], "RuntimeError: The current installed version of g++ (9.4.0) is less than the minimum required version by CUDA 12.8 (11.0.0). Please make sure to use an adequate version of g++ (>=11.0.0, <14.0).")),
+ ("kernel-compile-error", tb(FWD + ["deep_gemm/jit/compiler.py:__init__"], "RuntimeError: DeepGEMM requires NVCC 12.3 or higher")),
+ ("kernel-compile-error", tb(TRITON + ["triton/runtime/build.py:_build"], "RuntimeError: Failed to find C compiler. Please specify via CC environment variable.")),
  # ...near miss: a Triton kernel that ran out of memory at run time is memory
  ("cuda-oom", tb(TRITON, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of 23.55 GiB of which 201.12 MiB is free.")),
 
