@@ -162,6 +162,12 @@ PHRASINGS = [
  ("kv-pool-too-small", tb(FWD + ["sglang/srt/managers/schedule_batch.py:prepare_for_extend", "sglang/srt/mem_cache/allocation.py:alloc_req_slots"], "RuntimeError: alloc_req_slots runs out of memory. Please set a smaller number for `--max-running-requests`. req_to_token_pool.available_size()=0, num_reqs=1, ")),
  ("kv-pool-too-small", tb(FWD + ["sglang/srt/managers/schedule_batch.py:prepare_for_decode", "sglang/srt/mem_cache/common.py:alloc_for_decode", "sglang/srt/mem_cache/common.py:alloc_token_slots"], "RuntimeError: Decode out of memory. Try to lower your batch size.\nTry to allocate 64 tokens.\nAvailable tokens: 0\nself.token_to_kv_pool_allocator.available_size()=0\nself.tree_cache.evictable_size()=0\n")),
 
+ ("kv-pool-too-small", tb(FWD + ["sglang/srt/managers/schedule_batch.py:alloc_req_slots", "sglang/srt/mem_cache/memory_pool.py:alloc"], "RuntimeError: Out of memory. Please set a smaller number for `--max-running-requests`.")),
+ ("kv-pool-too-small", "AssertionError: Not enough memory for the KV cache: need 12.0 GB, available 3.1 GB"),
+ # ...near misses: GPUs partly held by other processes are a GPU-memory problem; a request-time OOM is not the pool
+ ("cuda-oom", tb(MR + ["sglang/srt/model_executor/model_runner.py:init_torch_distributed"], "RuntimeError: The memory capacity is unbalanced. Some GPUs may be occupied by other processes. min_per_gpu_memory=10.52, local_gpu_memory=79.10, local_gpu_memory * 0.9=71.19")),
+ ("cuda-oom", tb(FWD + ["sglang/srt/layers/sampler.py:forward", "torch/nn/functional.py:softmax"], "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 11.59 GiB. GPU 0 has a total capacity of 79.19 GiB of which 6.40 GiB is free.")),
+
  # --- kv-cache-leak: the idle check's wordings ---
  ("kv-cache-leak", tb(FWD + ["sglang/srt/managers/scheduler.py:self_check_during_idle", "sglang/srt/managers/scheduler_runtime_checker_mixin.py:check_memory"], "ValueError: token_to_kv_pool_allocator memory leak detected! self.max_total_num_tokens=1000, available_size=900, evictable_size=0, protected_size=0")),
  ("kv-cache-leak", tb(FWD + ["sglang/srt/managers/scheduler_runtime_checker_mixin.py:check_memory"], "ValueError: SWA Pool Mem Leak Detected! swa_available_size=100, swa_evictable_size=0")),
