@@ -253,3 +253,25 @@ def test_a_stack_cut_in_the_argument_checks_reads_as_refused_options():
     helper = plain_tb(ARGS + ["sglang/srt/utils/hf_transformers_utils.py:get_config"], "x")
     [other] = diagnose_lines(helper.splitlines()[:-1], "<paste>", RULES, None)
     assert other.match.rule_id != "argument-checks-stack-cut-off"
+
+
+REPLAY = FWD + ["sglang/srt/model_executor/cuda_graph_runner.py:replay", "sglang/srt/model_executor/cuda_graph_runner.py:replay_prepare"]
+EAGER = FWD + ["sglang/srt/model_executor/model_runner.py:forward_extend", "sglang/srt/models/llama.py:forward"]
+# torch's other shape wordings (einsum, view, unflatten, split, cat/stack, TORCH_CHECK on a size)
+TORCH_SHAPES = [
+ "RuntimeError: einsum(): operands do not broadcast with remapped shapes (original->remapped): [16, 8]->[16, 1, 8] [17, 8]->[1, 17, 8]",
+ "RuntimeError: view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous subspaces). Use .reshape(...) instead.",
+ "RuntimeError: unflatten: Provided sizes [8, 64] don't multiply up to the size of dim 1 (576) in the input tensor",
+ "RuntimeError: split_with_sizes expects split_sizes to sum exactly to 300 (input tensor's size at dimension 0), but got split_sizes=[128, 128]",
+ "RuntimeError: Tensors must have same number of dimensions: got 2 and 3",
+ "RuntimeError: stack expects each tensor to be equal size, but got [2, 3] at entry 0 and [2, 4] at entry 1",
+ "RuntimeError: Expected q.size(0) == qo_indptr[-1] to be true, but got false.  (Could this error message be improved?  If so, please report an enhancement request to PyTorch.)",
+ "AssertionError: q.shape[0]=17 != 16",
+]
+
+
+@pytest.mark.parametrize("message", TORCH_SHAPES)
+def test_torch_shape_wordings_are_placed_by_where_they_were_raised(message):
+    test_family_phrasing_gets_its_category("cuda-graph-shape-mismatch", tb(REPLAY, message))
+    test_family_phrasing_gets_its_category("other", tb(EAGER, message))
+    test_family_phrasing_gets_its_category("cuda-graph-shape-mismatch", message)
