@@ -461,7 +461,22 @@ def scenario_hog(result: dict) -> Ddtreed:
     try:
         d = Ddtreed("hog", 30013, [], policy={"max_restarts": 2})
         d.start()
-        d.wait(lambda s: s.get("state") in ("blocked", "running", "gave-up"), 240, "a verdict on the hog")
+        verdict = d.wait(lambda s: s.get("state") in ("blocked", "running", "gave-up"), 240,
+                         "a verdict on the hog")
+        status = d.status()
+        result["verdict"] = {"after_s": verdict, **{k: status.get(k) for k in
+                                                    ("state", "status_text", "restarts")}}
+        if status.get("state") == "blocked":
+            # The holder lets go while ddtreed waits: it must relaunch by itself (30 s re-check;
+            # SIGHUP asks for the re-check now, as an operator would) and verify the service.
+            time.sleep(3)
+            hog.kill()
+            hog.wait()
+            released = time.time()
+            result["hog_released_at"] = released
+            if d.proc is not None:
+                d.proc.send_signal(signal.SIGHUP)
+            result["healthy_after_release_s"] = d.running(420, after_start=released)
         time.sleep(3)
         result["final_status"] = {k: d.status().get(k) for k in ("state", "status_text", "restarts")}
         result["stop"] = d.sigterm()

@@ -23,7 +23,8 @@ from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-NEW_FILES = ("public-a.jsonl", "public-b.jsonl", "public-c.jsonl", "public-d.jsonl", "public-e.jsonl")
+NEW_FILES = ("public-a.jsonl", "public-b.jsonl", "public-c.jsonl", "public-d.jsonl", "public-e.jsonl",
+             "public-f.jsonl", "public-g.jsonl")
 SEED = 20261201
 TEST_SHARE = 0.3
 
