@@ -274,4 +274,19 @@ TORCH_SHAPES = [
 def test_torch_shape_wordings_are_placed_by_where_they_were_raised(message):
     test_family_phrasing_gets_its_category("cuda-graph-shape-mismatch", tb(REPLAY, message))
     test_family_phrasing_gets_its_category("other", tb(EAGER, message))
-    test_family_phrasing_gets_its_category("cuda-graph-shape-mismatch", message)
+    # pasted alone, an eager op's own wording says it was not a graph buffer's copy
+    test_family_phrasing_gets_its_category("other", message)
+
+
+@pytest.mark.parametrize("category,message", [
+ # the copies that fill a graph's static buffers
+ ("cuda-graph-shape-mismatch", "RuntimeError: The size of tensor a (96) must match the size of tensor b (90) at non-singleton dimension 1"),
+ ("cuda-graph-shape-mismatch", "RuntimeError: The expanded size of the tensor (16) must match the existing size (17) at non-singleton dimension 1.  Target sizes: [32, 16].  Tensor sizes: [32, 17]"),
+ # torch.cat, an indexed assignment, a matmul, a view: eager ops
+ ("other", "RuntimeError: Sizes of tensors must match except in dimension 0. Expected size 4096 but got size 2048 for tensor number 1 in the list."),
+ ("other", "RuntimeError: shape mismatch: value tensor of shape [64, 1, 128] cannot be broadcast to indexing result of shape [66, 1, 128]"),
+ ("other", "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x2048 and 4096x4096)"),
+ ("other", "RuntimeError: shape '[16, -1, 128]' is invalid for input of size 1000"),
+])
+def test_a_shape_error_without_stack_is_placed_by_the_op_that_raised_it(category, message):
+    test_family_phrasing_gets_its_category(category, message)
