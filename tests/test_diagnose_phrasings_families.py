@@ -222,6 +222,15 @@ def test_the_first_cause_decides_over_the_echoes_after_it(category, first, echoe
 
 
 MORE = [
+ # torch_memory_saver's raw CUresult (2 = CUDA_ERROR_OUT_OF_MEMORY); the launcher's child-death line
+ ("cuda-oom", "[torch_memory_saver.cpp] CUresult error  result=2 file=csrc/torch_memory_saver.cpp func=cu_mem_create line=103"),
+ ("other", "Child process unexpectedly failed with exitcode=9. pid=211"),
+ # an exception line cut to its type, raised inside capture: the stack decides
+ ("cuda-graph-capture-failed", tb(CAPTURE + ["sglang/srt/layers/attention/triton_backend.py:init_cuda_graph_state"], "torch.O")),
+ # SGLang's type-based dispatcher (sglang/utils.py) for a request type it has no handler for
+ ("other", "[14:26:31] Invalid object: UpdateWeightsFromDiskReqInput(model_path='/models/x', load_format='auto')"),
+ ("other", tb(["sglang/srt/managers/data_parallel_controller.py:event_loop", "sglang/utils.py:__call__"], "ValueError: Invalid object: GetWeightsByNameReqInput(name='lm_head.weight', truncate_size=100)")),
+ ("other", tb(["sglang/srt/entrypoints/engine.py:__init__", "sglang/srt/server_args.py:__init__"], "TypeError: ServerArgs.__init__() got multiple values for keyword argument 'log_level'")),
  # NotImplementedError pasted alone or raised in a library; Rust launchers' clap errors; tensor-parallel refusals
  ("unsupported-config", "NotImplementedError: Speculative decoding is not implemented for this model"),
  ("unsupported-config", plain_tb(["flashinfer/decode.py:plan", "flashinfer/utils.py:_check_kv_layout"], "NotImplementedError: KV layout HND is not supported for this kernel")),

@@ -56,9 +56,10 @@ def test_every_rule_has_a_case(rules):
     # A bare death with communication WARN lines as context: tests/test_rules_death_lines.py (the
     # assembler keeps no context for child deaths yet).
     covered.add("child-died-after-comm-warnings")
-    # A launcher's clap error is a pasted line no traceback carries: diagnose's paste path reads it
+    # Lines no traceback carries (a launcher's clap error, an allocator's CUresult print, the watchdog's
+    # child-death line): diagnose's paste path reads them
     # (tests/test_diagnose_phrasings_families.py), the assembler alone does not.
-    covered.add("command-line-refused-by-clap")
+    covered |= {"command-line-refused-by-clap", "cuda-driver-result-out-of-memory", "child-process-failed-line"}
     # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
     from ddtreed.cli.diagnose_cmd import diagnose_lines
 
