@@ -222,6 +222,11 @@ def test_the_first_cause_decides_over_the_echoes_after_it(category, first, echoe
 
 
 MORE = [
+ # the custom all-reduce's CUDA check names its source file; AITER's chip table refusing this GPU
+ ("cuda-graph-capture-failed", "Failed: Cuda error /sgl-kernel/csrc/allreduce/custom_all_reduce.cuh:350 'invalid argument'"),
+ ("kernel-compile-error", plain_tb(ARGS + ["sglang/srt/server_args.py:_handle_amd_specifics", "aiter/jit/utils/chip_info.py:get_gfx_custom_op_core"], "KeyError: \"Unknown GPU architecture: gfx1101. Supported architectures: ['native', 'gfx90a', 'gfx942', 'gfx950']\"")),
+ # a bare assert in a weight loader, the paste's closing fence right after it
+ ("model-load-error", "```\nFile \".../sglang/srt/layers/linear.py\", line 269, in weight_loader\n    assert param.size() == loaded_weight.size()\nAssertionError\n```"),
  # torch_memory_saver's raw CUresult (2 = CUDA_ERROR_OUT_OF_MEMORY); the launcher's child-death line
  ("cuda-oom", "[torch_memory_saver.cpp] CUresult error  result=2 file=csrc/torch_memory_saver.cpp func=cu_mem_create line=103"),
  ("other", "Child process unexpectedly failed with exitcode=9. pid=211"),
