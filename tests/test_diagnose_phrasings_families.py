@@ -222,6 +222,8 @@ def test_the_first_cause_decides_over_the_echoes_after_it(category, first, echoe
 
 
 MORE = [
+ # a kernel's TMA descriptor rejected for the shapes/strides a code path passes
+ ("other", "DeepGEMM failed for matrix shapes M=256, N=1076, K=1152.\nThis typically occurs when dimensions are too small for DeepGEMM's TMA descriptors."),
  # the custom all-reduce's CUDA check names its source file; AITER's chip table refusing this GPU
  ("cuda-graph-capture-failed", "Failed: Cuda error /sgl-kernel/csrc/allreduce/custom_all_reduce.cuh:350 'invalid argument'"),
  ("kernel-compile-error", plain_tb(ARGS + ["sglang/srt/server_args.py:_handle_amd_specifics", "aiter/jit/utils/chip_info.py:get_gfx_custom_op_core"], "KeyError: \"Unknown GPU architecture: gfx1101. Supported architectures: ['native', 'gfx90a', 'gfx942', 'gfx950']\"")),
@@ -304,3 +306,16 @@ def test_torch_shape_wordings_are_placed_by_where_they_were_raised(message):
 ])
 def test_a_shape_error_without_stack_is_placed_by_the_op_that_raised_it(category, message):
     test_family_phrasing_gets_its_category(category, message)
+
+
+TMA_LINES = ["Error: Failed to initialize the TMA descriptor due to invalid argument", "tmaFormat: 9 dim: 4 gmem: 0x7b4cc0000000",
+             "Shape: 192 131072 128 1 48", "swizzleType: 3"]
+
+
+def test_a_traceback_cut_before_its_error_line_is_read_by_the_line_printed_before_it():
+    cut = tb(FWD + ["sglang/srt/layers/attention/trtllm_mla_backend.py:forward_extend"], "x").splitlines()[:-1]
+    [diagnosis] = diagnose_lines(TMA_LINES + cut, "<paste>", RULES, None)
+    assert (diagnosis.match.category, diagnosis.match.rule_id) == ("other", "tma-descriptor-rejected-before-cut-traceback")
+    # the same cut traceback without that line is not claimed by the context rule
+    [alone] = diagnose_lines(cut, "<paste>", RULES, None)
+    assert alone.match.rule_id != "tma-descriptor-rejected-before-cut-traceback"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..records import Crash, Explanation, RuleMatch, ServiceContext
-from .evidence import CrashEvidence, gather
+from .evidence import MILESTONE_MARK, CrashEvidence, gather
 from .expression import UNKNOWN, Expression
 
 CONTEXT_NAMES = frozenset(ServiceContext().variables())
@@ -85,13 +85,15 @@ class Conditions:
     message_families: tuple[str, ...] = ()
     raised_in: re.Pattern[str] | None = None  # the innermost frame: the code that raised
     message_families_absent: tuple[str, ...] = ()  # none of these families in the chain's messages
+    context: re.Pattern[str] | None = None  # some line printed just before the crash (not a milestone)
 
     @property
     def weight(self) -> int:
         """How many conditions: the more specific rule wins a priority tie."""
         counted = (self.kinds, self.exceptions, self.messages, self.wrapper, self.inner_exceptions,
                    self.inner_message, self.prefix, self.exit_codes, self.signals, self.phases,
-                   self.frame_families, self.exception_families, self.message_families, self.raised_in)
+                   self.frame_families, self.exception_families, self.message_families, self.raised_in,
+                   self.context)
         return (sum(1 for value in counted if value) + len(self.frames) + len(self.frames_absent)
                 + len(self.messages_absent) + len(self.message_families_absent))
 
@@ -99,7 +101,7 @@ class Conditions:
     def family_only(self) -> bool:
         """Matches by families and phase alone: outranked by any rule naming a wording."""
         return not (self.exceptions or self.messages or self.wrapper or self.inner_exceptions
-                    or self.inner_message or self.prefix or self.frames or self.raised_in)
+                    or self.inner_message or self.prefix or self.frames or self.raised_in or self.context)
 
     def test(self, view: CrashView) -> tuple[bool, list[str], dict[str, Any]]:
         """(held, reasons, params captured by named groups)."""
@@ -107,7 +109,7 @@ class Conditions:
         params: dict[str, Any] = {}
         crash = view.crash
         for check in (self._kind, self._families, self._error, self._error_absent, self._wrapper, self._inner,
-                      self._prefix, self._frames, self._exit):
+                      self._prefix, self._context, self._frames, self._exit):
             held, reason = check(crash, view, params)
             reasons.append(reason)
             if not held:
@@ -195,6 +197,20 @@ class Conditions:
             return True, ""
         held = bool(self.prefix.search(crash.prefix or ""))
         return held, f"prefix {crash.prefix!r} {'matches' if held else 'does not match'}"
+
+    def _context(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
+        if self.context is None:
+            return True, ""
+        # The lines a process printed right before its traceback (an error print of native code,
+        # a linker's complaint): what a traceback cut before its own error line still has.
+        for line in crash.context:
+            if line.startswith(MILESTONE_MARK):
+                continue
+            found = self.context.search(line[:2000])
+            if found:
+                params.update(_groups(found))
+                return True, f"context line matches /{self.context.pattern}/"
+        return False, f"no context line matches /{self.context.pattern}/"
 
     def _frames(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
         if self.raised_in is not None:
