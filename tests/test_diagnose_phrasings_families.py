@@ -222,6 +222,14 @@ def test_the_first_cause_decides_over_the_echoes_after_it(category, first, echoe
 
 
 MORE = [
+ # a request refused for its length, a client answered 503 by the router: the caller's problem, not a crash
+ ("other", tb(["sglang/srt/managers/tokenizer_manager.py:generate_request", "sglang/srt/managers/tokenizer_manager.py:_validate_one_request"], "ValueError: Requested token count exceeds the model's maximum context length of 40960 tokens. You requested a total of 43778 tokens: 19202 tokens from the input messages and 24576 tokens for the completion.")),
+ ("other", "ValueError: The input (50000 tokens) is longer than the model's context length (32768 tokens)."),
+ ("other", plain_tb(["slime/utils/http_utils.py:post", "httpx/_models.py:raise_for_status"], "httpx.HTTPStatusError: Server error '503 Service Unavailable' for url 'http://10.0.0.1:3776/generate'\nFor more information check: https://developer.mozilla.org/en-US/docs/Web/HTTP/Status/503")),
+ # ...near miss: the KV pool refusing a request that fits the context stays the pool's
+ ("kv-pool-too-small", "ValueError: Request length is longer than the KV cache pool size or the max context length. Tokens: 300000"),
+ # an exception line cut to a fragment of its type, raised through SGLang code: still SGLang's error
+ ("other", tb(FWD + ["sglang/jit_kernel/deepseek_v4.py:fused_rope", "python/tvm_ffi/cython/function.pxi:tvm_ffi.core.Function.__call__"], "tvm.error.Inte")),
  # a kernel's TMA descriptor rejected for the shapes/strides a code path passes
  ("other", "DeepGEMM failed for matrix shapes M=256, N=1076, K=1152.\nThis typically occurs when dimensions are too small for DeepGEMM's TMA descriptors."),
  # the custom all-reduce's CUDA check names its source file; AITER's chip table refusing this GPU
