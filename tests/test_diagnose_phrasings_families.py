@@ -222,6 +222,9 @@ def test_the_first_cause_decides_over_the_echoes_after_it(category, first, echoe
 
 
 MORE = [
+ # capture failures in torch's and the backends' own words, no SGLang banner, no stack
+ ("cuda-graph-capture-failed", "RuntimeError: CUDA error: operation failed due to a previous error during capture"),
+ ("cuda-graph-capture-failed", "Exception: Failed to capture CUDA graph for batch size 64: invalid argument"),
  # a request refused for its length, a client answered 503 by the router: the caller's problem, not a crash
  ("other", tb(["sglang/srt/managers/tokenizer_manager.py:generate_request", "sglang/srt/managers/tokenizer_manager.py:_validate_one_request"], "ValueError: Requested token count exceeds the model's maximum context length of 40960 tokens. You requested a total of 43778 tokens: 19202 tokens from the input messages and 24576 tokens for the completion.")),
  ("other", "ValueError: The input (50000 tokens) is longer than the model's context length (32768 tokens)."),
