@@ -222,6 +222,9 @@ def test_the_first_cause_decides_over_the_echoes_after_it(category, first, echoe
 
 
 MORE = [
+ # a kernel library's dispatch finding no build for this compute capability
+ ("kernel-compile-error", "NotImplementedError: No compiled cutlass_scaled_mm for a compute capability less than CUDA device capability: 120"),
+ ("kernel-compile-error", tb(FWD + ["sgl_kernel/gemm.py:cutlass_scaled_mm"], "RuntimeError: cutlass_scaled_mm is not implemented for current compute capability: 120")),
  # capture failures in torch's and the backends' own words, no SGLang banner, no stack
  ("cuda-graph-capture-failed", "RuntimeError: CUDA error: operation failed due to a previous error during capture"),
  ("cuda-graph-capture-failed", "Exception: Failed to capture CUDA graph for batch size 64: invalid argument"),
