@@ -222,6 +222,8 @@ def test_the_first_cause_decides_over_the_echoes_after_it(category, first, echoe
 
 
 MORE = [
+ # FlashInfer's dispatch finding no tile configuration for the model's head dim
+ ("unsupported-config", tb(FWD + ["flashinfer/prefill.py:run"], "RuntimeError: Error in function 'BatchPrefillWithPagedKVCacheDispatched' at /usr/local/include/flashinfer/attention/prefill.cuh:2300: FlashInfer Internal Error: Invalid configuration : NUM_MMA_Q=1 NUM_MMA_D_QK=2 NUM_MMA_D_VO=2 NUM_MMA_KV=4 NUM_WARPS_Q=4 NUM_WARPS_KV=1 please create an issue (https://github.com/flashinfer-ai/flashinfer/issues) and report the issue to the developers.")),
  # a kernel library's dispatch finding no build for this compute capability
  ("kernel-compile-error", "NotImplementedError: No compiled cutlass_scaled_mm for a compute capability less than CUDA device capability: 120"),
  ("kernel-compile-error", tb(FWD + ["sgl_kernel/gemm.py:cutlass_scaled_mm"], "RuntimeError: cutlass_scaled_mm is not implemented for current compute capability: 120")),
