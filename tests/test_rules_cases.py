@@ -60,6 +60,13 @@ def test_every_rule_has_a_case(rules):
     # compile) of a server that keeps serving, so no crash of its own; quoted in reports:
     # tests/test_diagnose_phrasings_sources.py.
     covered |= {"child-status-fatal-signal", "child-status-sigkill"}
+    # A bare death with communication WARN lines as context: tests/test_rules_death_lines.py (the
+    # assembler keeps no context for child deaths yet).
+    covered.add("child-died-after-comm-warnings")
+    # Lines no traceback carries (a launcher's clap error, an allocator's CUresult print, the watchdog's
+    # child-death line): diagnose's paste path reads them
+    # (tests/test_diagnose_phrasings_families.py), the assembler alone does not.
+    covered |= {"command-line-refused-by-clap", "cuda-driver-result-out-of-memory", "child-process-failed-line"}
     # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
     from ddtreed.cli.diagnose_cmd import diagnose_lines
 

@@ -26,7 +26,7 @@ REQUIRED = ("id", "category", "title", "meaning", "match", "diagnosis")
 OPTIONAL = ("when", "precise", "remediations", "advice", "sglang_versions", "references", "priority")
 MATCH_KEYS = ("kind", "exception", "message", "message_absent", "wrapper", "inner_exception", "inner_message",
               "prefix", "frames", "frames_absent", "exit_code", "signal", "phase", "frame_family",
-              "exception_family", "message_family")
+              "exception_family", "message_family", "raised_in", "message_family_absent", "context")
 _ID = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
 _VERSION_CLAUSE = re.compile(r"\s*(>=|<=|==|<|>)\s*\d+(\.\d+)*(\.post\d+)?\s*\Z")
 
@@ -320,7 +320,8 @@ def _conditions(match: Any, where: _Where, problems: list[str]) -> tuple[Conditi
     families = {}
     for key, known in (("phase", PHASES), ("frame_family", tuple(FRAME_FAMILIES)),
                        ("exception_family", tuple(EXCEPTION_FAMILIES)),
-                       ("message_family", tuple(MESSAGE_FAMILIES))):
+                       ("message_family", tuple(MESSAGE_FAMILIES)),
+                       ("message_family_absent", tuple(MESSAGE_FAMILIES))):
         names = reader.names(key)
         for name in names:
             if name not in known:
@@ -338,6 +339,8 @@ def _conditions(match: Any, where: _Where, problems: list[str]) -> tuple[Conditi
         inner_message=reader.regex("inner_message"), prefix=reader.regex("prefix"),
         frames=tuple(reader.regexes("frames")), frames_absent=tuple(reader.regexes("frames_absent")),
         exit_codes=tuple(reader.integers("exit_code")), signals=tuple(reader.integers("signal")),
+        raised_in=reader.regex("raised_in"), message_families_absent=families["message_family_absent"],
+        context=reader.regex("context"),
     )
     if len(problems) == before and not conditions.weight:
         problems.append(where.at("match", "matches every crash: name at least one condition"))

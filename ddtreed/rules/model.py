@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..records import Crash, Explanation, RuleMatch, ServiceContext
-from .evidence import CrashEvidence, gather
+from .evidence import MILESTONE_MARK, CrashEvidence, gather
 from .expression import UNKNOWN, Expression
 
 CONTEXT_NAMES = frozenset(ServiceContext().variables())
@@ -83,21 +83,25 @@ class Conditions:
     frame_families: tuple[str, ...] = ()  # each key: any of its families present
     exception_families: tuple[str, ...] = ()
     message_families: tuple[str, ...] = ()
+    raised_in: re.Pattern[str] | None = None  # the innermost frame: the code that raised
+    message_families_absent: tuple[str, ...] = ()  # none of these families in the chain's messages
+    context: re.Pattern[str] | None = None  # some line printed just before the crash (not a milestone)
 
     @property
     def weight(self) -> int:
         """How many conditions: the more specific rule wins a priority tie."""
         counted = (self.kinds, self.exceptions, self.messages, self.wrapper, self.inner_exceptions,
                    self.inner_message, self.prefix, self.exit_codes, self.signals, self.phases,
-                   self.frame_families, self.exception_families, self.message_families)
+                   self.frame_families, self.exception_families, self.message_families, self.raised_in,
+                   self.context)
         return (sum(1 for value in counted if value) + len(self.frames) + len(self.frames_absent)
-                + len(self.messages_absent))
+                + len(self.messages_absent) + len(self.message_families_absent))
 
     @property
     def family_only(self) -> bool:
         """Matches by families and phase alone: outranked by any rule naming a wording."""
         return not (self.exceptions or self.messages or self.wrapper or self.inner_exceptions
-                    or self.inner_message or self.prefix or self.frames)
+                    or self.inner_message or self.prefix or self.frames or self.raised_in or self.context)
 
     def test(self, view: CrashView) -> tuple[bool, list[str], dict[str, Any]]:
         """(held, reasons, params captured by named groups)."""
@@ -105,7 +109,7 @@ class Conditions:
         params: dict[str, Any] = {}
         crash = view.crash
         for check in (self._kind, self._families, self._error, self._error_absent, self._wrapper, self._inner,
-                      self._prefix, self._frames, self._exit):
+                      self._prefix, self._context, self._frames, self._exit):
             held, reason = check(crash, view, params)
             reasons.append(reason)
             if not held:
@@ -121,8 +125,12 @@ class Conditions:
     def _families(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
         evidence = view.evidence
         if evidence is None or not (self.phases or self.frame_families or self.exception_families
-                                    or self.message_families):
+                                    or self.message_families or self.message_families_absent):
             return True, ""
+        against = sorted(evidence.message_families & set(self.message_families_absent))
+        if against:
+            # The message names another failure (memory, a missing package, a port): not this rule's.
+            return False, f"message family {', '.join(against)} is excluded"
         shown = []
         for wanted, kind in ((self.phases, "phase"), (self.frame_families, "frames"),
                              (self.exception_families, "exception"), (self.message_families, "message")):
@@ -133,7 +141,7 @@ class Conditions:
             if not hit:
                 return False, f"{kind} family {sorted(have) or '(none)'} not in {list(wanted)}"
             shown.append(f"{kind} {', '.join(hit)}")
-        return True, "evidence: " + "; ".join(shown)
+        return True, "evidence: " + "; ".join(shown) if shown else ""
 
     def _error(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
         if not self.exceptions and not self.messages:
@@ -190,7 +198,29 @@ class Conditions:
         held = bool(self.prefix.search(crash.prefix or ""))
         return held, f"prefix {crash.prefix!r} {'matches' if held else 'does not match'}"
 
+    def _context(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
+        if self.context is None:
+            return True, ""
+        # The lines a process printed right before its traceback (an error print of native code,
+        # a linker's complaint): what a traceback cut before its own error line still has.
+        for line in crash.context:
+            if line.startswith(MILESTONE_MARK):
+                continue
+            found = self.context.search(line[:2000])
+            if found:
+                params.update(_groups(found))
+                return True, f"context line matches /{self.context.pattern}/"
+        return False, f"no context line matches /{self.context.pattern}/"
+
     def _frames(self, crash: Crash, view: CrashView, params: dict) -> tuple[bool, str]:
+        if self.raised_in is not None:
+            # Where the error was raised, not merely a caller on the stack: a check in
+            # server_args.py raises there; a config read it calls raises in transformers.
+            innermost = f"{crash.frames[-1].module}:{crash.frames[-1].function}" if crash.frames else ""
+            found = self.raised_in.search(innermost) if innermost else None
+            if not found:
+                return False, f"raised in {innermost or '(no frame)'}, not /{self.raised_in.pattern}/"
+            params.update(_groups(found))
         for pattern in self.frames:
             # Innermost first: the frame nearest the error names it best.
             found = next((hit for hit in map(pattern.search, reversed(view.frames)) if hit), None)
@@ -201,7 +231,7 @@ class Conditions:
             hit = next((frame for frame in view.frames if pattern.search(frame)), None)
             if hit:
                 return False, f"frame {hit} matches excluded /{pattern.pattern}/"
-        if self.frames or self.frames_absent:
+        if self.frames or self.frames_absent or self.raised_in is not None:
             return True, "frame patterns hold"
         return True, ""
 
