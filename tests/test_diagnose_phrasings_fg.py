@@ -1,10 +1,8 @@
 # ruff: noqa: E501  (the phrasings are verbatim one-line messages)
 """The families ddtreed/data/rules/reports-fg.toml adds, in the wordings their sources print
-(CUTLASS's and TRT-LLM-gen's TMA checks, SGLang's batch-invariant DeepGEMM wrapper, CPython's call
-errors, torch_memory_saver's CURESULT_CHECK, aiter's chip table, SGLang's TypeBasedDispatcher, the
-router's 503 body, SGLang's request validation), written for each family, not copied from one
-report: every text is diagnosed through `ddtreed diagnose`'s own path and must get its category.
-Near misses (a close wording that belongs elsewhere) must get the same category with and without
+(CPython's call errors, aiter's chip table, the router's 503 body, SGLang's request validation),
+written for each family, not copied from one report: every text is diagnosed through `ddtreed
+diagnose`'s own path and must get its category. Near misses (a close wording that belongs elsewhere) must get the same category with and without
 the new file: the new rules only reach what they are for."""
 
 from pathlib import Path
@@ -29,23 +27,13 @@ def tb(frames, last, before=""):
 
 
 SCHED = ["sglang/srt/managers/scheduler.py:run_scheduler_process", "sglang/srt/managers/scheduler.py:event_loop_normal"]
-FORWARD = SCHED + ["sglang/srt/managers/scheduler.py:run_batch", "sglang/srt/model_executor/model_runner.py:forward"]
 LAUNCH = ["sglang/launch_server.py:<module>", "sglang/srt/server_args.py:prepare_server_args",
           "sglang/srt/server_args.py:from_cli_args"]
 TOKENIZER = ["sglang/srt/managers/tokenizer_manager.py:generate_request",
              "sglang/srt/managers/tokenizer_manager.py:_tokenize_one_request",
              "sglang/srt/managers/tokenizer_manager.py:_validate_one_request"]
-# CUTLASS's copy_traits_sm90_tma prints the descriptor it tried, then its error line.
-CUTLASS_DUMP = ("TMA Desc Addr:   0x7ffc2a1b3c40\nformat         9\ndim            3\ngmem_address   0x7f3e00000000\n"
-                "globalDim      (576,1,4096,1,1)\nglobalStrides  (2,1152,1152,0,0)\nboxDim         (64,1,128,1,1)\n"
-                "elementStrides (1,1,1,1,1)\ninterleave     0\nswizzle        3\nl2Promotion    2\noobFill        0\n")
 
 PHRASINGS = [
-    # tma-descriptor-rejected: CUTLASS (result code), TRT-LLM-gen (error code), SGLang's DeepGEMM wrapper
-    ("other", CUTLASS_DUMP + "Error: Failed to initialize the TMA descriptor 1"),
-    ("other", "Error: Failed to initialize the TMA descriptor, error code: 1\nTMA Desc Addr:   0x7ffd11c0a2c0\ntensorDataType 9\ntensorRank     4"),
-    ("other", tb(FORWARD + ["sglang/srt/batch_invariant_ops/batch_invariant_ops.py:matmul_persistent"],
-                 "RuntimeError: DeepGEMM failed for matrix shapes M=14, N=10240, K=5120. This typically occurs when dimensions are too small for DeepGEMM's TMA descriptors. Consider increasing MIN_DEEPGEMM_DIM in matmul_persistent() or disabling DeepGEMM for small matrices. Original error: Assertion error")),
     # call-signature-other-wordings: a keyword twice, an arity range, positional-only by name
     ("other", traceback_text(["verl/workers/rollout/sglang_rollout/sglang_rollout.py:__init__", "sglang/srt/entrypoints/engine.py:__init__"],
                              "TypeError: sglang.srt.server_args.ServerArgs() got multiple values for keyword argument 'tp_size'")),
@@ -57,19 +45,11 @@ PHRASINGS = [
                              "TypeError: ServerArgs.__init__() got multiple values for argument 'model_path'")),
     ("other", traceback_text(LAUNCH + ["sglang/srt/server_args.py:__post_init__"],
                              "TypeError: ServerArgs._handle_gpu_memory_settings() takes from 2 to 3 positional arguments but 4 were given")),
-    # memory-saver-out-of-memory: the newer CURESULT_CHECK / CUDA_ERROR_CHECK lines and the explicit OOM line
-    ("cuda-oom", "[torch_memory_saver.cpp] CUresult error: 2 (out of memory)  file=csrc/utils.h func=cu_mem_create line=131"),
-    ("cuda-oom", "[2026-06-02 08:00:00] Resuming memory occupation\n[torch_memory_saver.cpp] cu_mem_create has CUDA_ERROR_OUT_OF_MEMORY"),
-    ("cuda-oom", "[torch_memory_saver.cpp] cudaError error: 2 (out of memory)  file=csrc/core.cpp func=malloc line=88"),
     # kernel-library-unknown-gpu-arch: aiter's chip table, in the argument checks and pasted alone
     ("kernel-compile-error", traceback_text(LAUNCH + ["sglang/srt/server_args.py:_handle_amd_specifics",
                                                       "aiter/jit/utils/chip_info.py:get_gfx_custom_op_core"],
                                             "KeyError: \"Unknown GPU architecture: gfx1201. Supported architectures: ['native', 'gfx90a', 'gfx942', 'gfx950']\"")),
     ("kernel-compile-error", "KeyError: \"Unknown GPU architecture: gfx1151. Supported architectures: ['native', 'gfx90a', 'gfx908', 'gfx942']\""),
-    # request-type-without-handler: TypeBasedDispatcher in the scheduler, the same pasted alone
-    ("other", tb(SCHED + ["sglang/srt/managers/scheduler.py:process_input_requests", "sglang/srt/utils/common.py:__call__"],
-                 "ValueError: Invalid object: ResumeMemoryOccupationReqInput(tags=['kv_cache'])")),
-    ("other", "ValueError: Invalid object: GetWeightsByNameReqInput(name='lm_head.weight', truncate_size=100)"),
     # router-has-no-available-worker: the router's 503 body through a client, and as curl prints it
     ("other", "openai.InternalServerError: Error code: 503 - No available workers (all circuits open or unhealthy)"),
     ("other", "$ curl -s http://127.0.0.1:30000/generate -d '{\"text\": \"hi\"}'\nNo available workers (all circuits open or unhealthy)"),
@@ -81,14 +61,14 @@ PHRASINGS = [
 
 # Close wordings that belong to another family: the new file must not change their category.
 NEAR_MISSES = [
-    # a TMA failure that is the sticky error of an earlier illegal access
-    ("illegal-memory-access", tb(FORWARD, "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
-                                 before="Error: Failed to initialize the TMA descriptor 700")),
     # an unsupported *model* architecture is the checkpoint's problem, not a GPU's
     ("model-load-error", traceback_text(["sglang/srt/model_loader/loader.py:load_model", "sglang/srt/model_loader/utils.py:get_model_architecture"],
                                         "ValueError: Unsupported architectures: ChatGLMForConditionalGeneration. Supported list: ['ChatGLMForCausalLM', 'LlamaForCausalLM']")),
     # a request longer than the KV pool is the pool's size, not the context length
     ("kv-pool-too-small", "ValueError: Request length is longer than the KV cache pool size or the max context length. Please reduce the input length."),
+    # a --context-length beyond the model's is a refused option at launch, not a refused request
+    ("unsupported-config", traceback_text(LAUNCH + ["sglang/srt/server_args.py:__post_init__", "sglang/srt/configs/model_config.py:__init__"],
+                                          "ValueError: User-specified context_length (200000) is greater than the derived context_length (131072). This may lead to incorrect model outputs or CUDA errors.")),
     # Python's familiar call wording keeps its rule
     ("other", tb(SCHED, "TypeError: Scheduler.__init__() got an unexpected keyword argument 'moe_dp_size'")),
 ]
@@ -120,7 +100,3 @@ def test_each_new_rule_is_reached_by_two_phrasings():
         reached[rule_id] = reached.get(rule_id, 0) + 1
     assert {rule_id for rule_id in new_rules if reached.get(rule_id, 0) < 2} == set()
 
-
-def test_memory_saver_failure_other_than_out_of_memory_is_not_an_oom():
-    text = "[torch_memory_saver.cpp] CUresult error: 1 (invalid argument)  file=csrc/utils.h func=cu_mem_set_access line=150"
-    assert category(RULES, text)[0] != "cuda-oom"

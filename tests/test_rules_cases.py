@@ -56,10 +56,6 @@ def test_every_rule_has_a_case(rules):
     # A bare death with communication WARN lines as context: tests/test_rules_death_lines.py (the
     # assembler keeps no context for child deaths yet).
     covered.add("child-died-after-comm-warnings")
-    # torch_memory_saver prints its own line and exits (no traceback); the assembler does not make
-    # that line a crash in a log yet, so the rule is reached from pasted text:
-    # tests/test_diagnose_phrasings_fg.py.
-    covered.add("memory-saver-out-of-memory")
     # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
     from ddtreed.cli.diagnose_cmd import diagnose_lines
 
