@@ -1,6 +1,6 @@
 # ruff: noqa: E501  (the phrasings are verbatim one-line messages)
 """The families ddtreed/data/rules/reports-fg.toml adds, in the wordings their sources print
-(CPython's call errors, aiter's chip table), written for each family, not copied from one report:
+(CPython's call errors, aiter's chip table, FlashInfer's dispatch checks), written for each family, not copied from one report:
 every text is diagnosed through `ddtreed diagnose`'s own path and must get its category. Near
 misses (a close wording that belongs elsewhere) must get the same category with and without the
 new file: the new rules only reach what they are for."""
@@ -41,6 +41,13 @@ PHRASINGS = [
                                                       "aiter/jit/utils/chip_info.py:get_gfx_custom_op_core"],
                                             "KeyError: \"Unknown GPU architecture: gfx1201. Supported architectures: ['native', 'gfx90a', 'gfx942', 'gfx950']\"")),
     ("kernel-compile-error", "KeyError: \"Unknown GPU architecture: gfx1151. Supported architectures: ['native', 'gfx90a', 'gfx908', 'gfx942']\""),
+    # attention-kernel-lacks-config-for-model-shape: FlashInfer's tile check (newer and older form), its head_dim and group_size dispatch
+    ("unsupported-config", tb(SCHED + ["sglang/srt/layers/attention/flashinfer_backend.py:forward_extend", "flashinfer/prefill.py:run"],
+                              "RuntimeError: Error in function 'BatchPrefillWithPagedKVCacheDispatched' at /usr/local/lib/python3.12/dist-packages/flashinfer/data/include/flashinfer/attention/prefill.cuh:2978: FlashInfer Internal Error: Invalid configuration : NUM_MMA_Q=1 NUM_MMA_D_QK=32 NUM_MMA_D_VO=16 NUM_MMA_KV=1 NUM_WARPS_Q=4 NUM_WARPS_KV=1 please create an issue (https://github.com/flashinfer-ai/flashinfer/issues) and report the issue to the developers.")),
+    ("unsupported-config", "[2026-06-02 08:00:12 TP0] Warming up FlashInfer attention\nError: Invalid configuration : NUM_MMA_Q=1 NUM_MMA_D_QK=2 NUM_MMA_D_VO=2 NUM_MMA_KV=8 NUM_WARPS_Q=1 NUM_WARPS_KV=4 please create an issue (https://github.com/flashinfer-ai/flashinfer/issues) and report the issue to the developers."),
+    ("unsupported-config", tb(SCHED + ["sglang/srt/layers/attention/flashinfer_backend.py:init_forward_metadata", "flashinfer/decode.py:plan"],
+                              "RuntimeError: Error in function 'BatchDecodeWithPagedKVCachePlan' at /usr/local/lib/python3.12/dist-packages/flashinfer/data/csrc/batch_decode.cu:46: Unsupported head_dim: 48")),
+    ("unsupported-config", "RuntimeError: Error in function 'operator()' at /flashinfer/csrc/batch_prefill.cu:112: Unsupported group_size: 12"),
 ]
 
 # Close wordings that belong to another family: the new file must not change their category.
@@ -48,6 +55,9 @@ NEAR_MISSES = [
     # an unsupported *model* architecture is the checkpoint's problem, not a GPU's
     ("model-load-error", traceback_text(["sglang/srt/model_loader/loader.py:load_model", "sglang/srt/model_loader/utils.py:get_model_architecture"],
                                         "ValueError: Unsupported architectures: ChatGLMForConditionalGeneration. Supported list: ['ChatGLMForCausalLM', 'LlamaForCausalLM']")),
+    # FlashInfer refusing the GPU (not the model's shape) stays a kernel-build problem
+    ("kernel-compile-error", tb(SCHED + ["sglang/srt/layers/attention/flashinfer_backend.py:forward_decode", "flashinfer/decode.py:run"],
+                                "RuntimeError: FlashInfer requires GPUs with sm75 or higher")),
     # Python's familiar call wording keeps its rule
     ("other", tb(SCHED, "TypeError: Scheduler.__init__() got an unexpected keyword argument 'moe_dp_size'")),
 ]
