@@ -41,10 +41,7 @@ PHRASINGS = [
                                                       "aiter/jit/utils/chip_info.py:get_gfx_custom_op_core"],
                                             "KeyError: \"Unknown GPU architecture: gfx1201. Supported architectures: ['native', 'gfx90a', 'gfx942', 'gfx950']\"")),
     ("kernel-compile-error", "KeyError: \"Unknown GPU architecture: gfx1151. Supported architectures: ['native', 'gfx90a', 'gfx908', 'gfx942']\""),
-    # attention-kernel-lacks-config-for-model-shape: FlashInfer's tile check (newer and older form), its head_dim and group_size dispatch
-    ("unsupported-config", tb(SCHED + ["sglang/srt/layers/attention/flashinfer_backend.py:forward_extend", "flashinfer/prefill.py:run"],
-                              "RuntimeError: Error in function 'BatchPrefillWithPagedKVCacheDispatched' at /usr/local/lib/python3.12/dist-packages/flashinfer/data/include/flashinfer/attention/prefill.cuh:2978: FlashInfer Internal Error: Invalid configuration : NUM_MMA_Q=1 NUM_MMA_D_QK=32 NUM_MMA_D_VO=16 NUM_MMA_KV=1 NUM_WARPS_Q=4 NUM_WARPS_KV=1 please create an issue (https://github.com/flashinfer-ai/flashinfer/issues) and report the issue to the developers.")),
-    ("unsupported-config", "[2026-06-02 08:00:12 TP0] Warming up FlashInfer attention\nError: Invalid configuration : NUM_MMA_Q=1 NUM_MMA_D_QK=2 NUM_MMA_D_VO=2 NUM_MMA_KV=8 NUM_WARPS_Q=1 NUM_WARPS_KV=4 please create an issue (https://github.com/flashinfer-ai/flashinfer/issues) and report the issue to the developers."),
+    # attention-kernel-dispatch-refuses-head-shape: FlashInfer's head_dim and group_size dispatch
     ("unsupported-config", tb(SCHED + ["sglang/srt/layers/attention/flashinfer_backend.py:init_forward_metadata", "flashinfer/decode.py:plan"],
                               "RuntimeError: Error in function 'BatchDecodeWithPagedKVCachePlan' at /usr/local/lib/python3.12/dist-packages/flashinfer/data/csrc/batch_decode.cu:46: Unsupported head_dim: 48")),
     ("unsupported-config", "RuntimeError: Error in function 'operator()' at /flashinfer/csrc/batch_prefill.cu:112: Unsupported group_size: 12"),
