@@ -240,8 +240,9 @@ MORE = [
  ("other", tb(FWD + ["sglang/jit_kernel/deepseek_v4.py:fused_rope", "python/tvm_ffi/cython/function.pxi:tvm_ffi.core.Function.__call__"], "tvm.error.Inte")),
  # a kernel's TMA descriptor rejected for the shapes/strides a code path passes
  ("other", "DeepGEMM failed for matrix shapes M=256, N=1076, K=1152.\nThis typically occurs when dimensions are too small for DeepGEMM's TMA descriptors."),
- # the custom all-reduce's CUDA check names its source file; AITER's chip table refusing this GPU
- ("cuda-graph-capture-failed", "Failed: Cuda error /sgl-kernel/csrc/allreduce/custom_all_reduce.cuh:350 'invalid argument'"),
+ # the custom all-reduce's CUDA check names its source file (no capture frames: the communication
+ # kernel, distributed.toml's rule); AITER's chip table refusing this GPU
+ ("nccl-error", "Failed: Cuda error /sgl-kernel/csrc/allreduce/custom_all_reduce.cuh:350 'invalid argument'"),
  ("kernel-compile-error", plain_tb(ARGS + ["sglang/srt/server_args.py:_handle_amd_specifics", "aiter/jit/utils/chip_info.py:get_gfx_custom_op_core"], "KeyError: \"Unknown GPU architecture: gfx1101. Supported architectures: ['native', 'gfx90a', 'gfx942', 'gfx950']\"")),
  # a bare assert in a weight loader, the paste's closing fence right after it
  ("model-load-error", "```\nFile \".../sglang/srt/layers/linear.py\", line 269, in weight_loader\n    assert param.size() == loaded_weight.size()\nAssertionError\n```"),
