@@ -71,20 +71,25 @@ def test_exit_code_and_kill_reach_the_caller(host, tmp_path):
 
 
 def test_sweep_kills_session_survivors_and_token_carriers(host, tmp_path):
-    token = "tok-fleet-test"
-    leader = host.spawn(["sh", "-c", "setsid sleep 61 & sleep 60 & wait"], {"DDTREED_SERVICE_TOKEN": token},
+    token = f"tok-fleet-test-{os.getpid()}"
+    # A duration of this run's own: the escaped child is found machine-wide by its command line,
+    # and another test run on the same box must not look like it.
+    escapee = f"61.{os.getpid():07d}".encode()
+    marker = b"sleep\x00" + escapee + b"\x00"
+    leader = host.spawn(["sh", "-c", f"setsid sleep {escapee.decode()} & sleep 60 & wait"],
+                        {"DDTREED_SERVICE_TOKEN": token},
                         None, str(tmp_path / "o"), str(tmp_path / "e"))
     in_session = wait_for(lambda: len(host.session_pids(leader.pid)) == 2 and host.session_pids(leader.pid),
                             what="leader and child in the session")
-    escaped = wait_for(lambda: _pids_with_cmdline(b"sleep\x0061\x00"), what="escaped child")
+    escaped = wait_for(lambda: _pids_with_cmdline(marker), what="escaped child")
     assert sorted(in_session) == sorted(_pids_in_session(leader.pid)) and leader.pid in in_session
     os.kill(leader.pid, signal.SIGKILL)  # the leader dies; one child lingers in the session
     assert leader.wait(10) == sshd_exit(signal=signal.SIGKILL)
     lingering = [pid for pid in in_session if pid != leader.pid]
     assert host.sweep_session(leader.pid, ("sleep 61*",), token="someone-else") == lingering
-    assert host.session_pids(leader.pid) == [] and _pids_with_cmdline(b"sleep\x0061\x00") == escaped
+    assert host.session_pids(leader.pid) == [] and _pids_with_cmdline(marker) == escaped
     assert host.sweep_session(leader.pid, ("sleep 61*",), token=token) == escaped  # by its token
-    assert _pids_with_cmdline(b"sleep\x0061\x00") == []
+    assert _pids_with_cmdline(marker) == []
 
 
 def _pids_with_cmdline(cmdline: bytes) -> list[int]:
