@@ -15,3 +15,13 @@ def traceback_text(frames, last: str, before: str = "", *, banner: str = PLAIN, 
         lines.append(body)
     lines.append(last)
     return "\n".join(lines)
+
+
+def first_category(rules, text: str) -> tuple[str, str]:
+    """The category and diagnosis `ddtreed diagnose` gives a pasted text with `rules` (its first
+    incident)."""
+    from ddtreed.cli.diagnose_cmd import diagnose_lines
+
+    diagnoses = diagnose_lines(text.splitlines(), "<phrasing>", rules, None)
+    assert diagnoses, "nothing diagnosed"
+    return diagnoses[0].match.category, diagnoses[0].match.diagnosis

@@ -12,7 +12,7 @@ import pytest
 from ddtreed.cli.diagnose_cmd import diagnose_lines
 from ddtreed.paths import shipped
 from ddtreed.rules import load_rules
-from phrasing_helpers import SITE as PKG, traceback_text
+from phrasing_helpers import SITE as PKG, first_category as category, traceback_text
 
 RULE_DIR = Path(shipped("rules"))
 NEW_FILE = "reports-e.toml"
@@ -109,12 +109,6 @@ NEAR_MISSES = [
     ("other", "[2026-05-01 10:00:00] Rank 0 scheduler died during initialization (exit code: -6). If exit code is -9 (SIGKILL), a common cause is the OS OOM killer."),
     ("cuda-oom", tb(ALLOC + ["sglang/srt/mem_cache/common.py:alloc_token_slots"], "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB")),
 ]
-
-
-def category(rules, text):
-    diagnoses = diagnose_lines(text.splitlines(), "<phrasing>", rules, None)
-    assert diagnoses, "nothing diagnosed"
-    return diagnoses[0].match.category, diagnoses[0].match.diagnosis
 
 
 @pytest.mark.parametrize("expected,text", PHRASINGS, ids=[f"{c}-{n}" for n, (c, _) in enumerate(PHRASINGS)])

@@ -12,7 +12,7 @@ import pytest
 from ddtreed.cli.diagnose_cmd import diagnose_lines
 from ddtreed.paths import shipped
 from ddtreed.rules import load_rules
-from phrasing_helpers import traceback_text
+from phrasing_helpers import first_category as category, traceback_text
 
 RULE_DIR = Path(shipped("rules"))
 NEW_FILE = "reports-fg.toml"
@@ -58,12 +58,6 @@ NEAR_MISSES = [
     # Python's familiar call wording keeps its rule
     ("other", tb(SCHED, "TypeError: Scheduler.__init__() got an unexpected keyword argument 'moe_dp_size'")),
 ]
-
-
-def category(rules, text):
-    diagnoses = diagnose_lines(text.splitlines(), "<phrasing>", rules, None)
-    assert diagnoses, "nothing diagnosed"
-    return diagnoses[0].match.category, diagnoses[0].match.diagnosis
 
 
 @pytest.mark.parametrize("expected,text", PHRASINGS, ids=[f"{c}-{n}" for n, (c, _) in enumerate(PHRASINGS)])
