@@ -6,13 +6,12 @@ flood must not hold the next read back."""
 from __future__ import annotations
 
 import re
-import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddtreed.logs import Follower
-from ddtreed.logs.follower import FLOOD_HOLD_S, MIN_READ_INTERVAL_S, has_untagged_line
+from ddtreed.logs.follower import has_untagged_line
 
 # The definition: some line (at the start or after a newline) does not begin "[<digit>".
 REFERENCE = re.compile(r"(?:\A|\n)(?!\[\d)")
@@ -68,38 +67,3 @@ def test_a_rank_prefixed_line_in_a_flood_does_not_hold_the_next_read_back(tmp_pa
         assert follower.holds == 0
         assert [line for chunk in follower.read() for line in chunk.lines] == \
             ['[rank0]:   File "/x/scheduler.py", line 9, in run']
-
-
-def test_in_a_flood_the_read_after_a_calm_one_waits_the_hold_off_not_the_interval(tmp_path):
-    """What makes a flood cheap: reads closer than the interval start it, then each calm read
-    holds the next one back the (longer) hold-off; an untagged line still ends it at once."""
-    path = tmp_path / "service.log"
-    path.write_bytes(b"")
-    with Follower([str(path)], min_read_interval_s=2.0, hold_off_s=3.0) as follower:
-        for _ in range(2):  # two reads well within 2 s: a flood
-            with open(path, "ab") as handle:
-                handle.write(CALM)
-            follower.read()
-        read_at = time.monotonic()
-        with open(path, "ab") as handle:
-            handle.write(CALM)
-        assert follower.wait(30.0) is True
-        assert time.monotonic() - read_at >= 3.0 - 0.01  # a sleep never ends early
-        assert follower.holds == 1
-        assert len(follower.read()) == 1
-
-
-def test_the_default_hold_off_is_never_shorter_than_the_interval(tmp_path):
-    path = tmp_path / "service.log"
-    path.write_bytes(b"")
-    assert FLOOD_HOLD_S >= MIN_READ_INTERVAL_S
-    with Follower([str(path)], min_read_interval_s=FLOOD_HOLD_S * 50) as follower:
-        for _ in range(2):
-            with open(path, "ab") as handle:
-                handle.write(CALM)
-            follower.read()
-        read_at = time.monotonic()
-        with open(path, "ab") as handle:
-            handle.write(CALM)
-        assert follower.wait(30.0) is True
-        assert time.monotonic() - read_at >= FLOOD_HOLD_S * 50 - 0.01

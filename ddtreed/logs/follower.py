@@ -26,18 +26,14 @@ log = structlog.get_logger(__name__)
 BLOCK_BYTES = 64 * 1024  # one read; a LogChunk holds the complete lines of one block
 TAIL_BYTES = 64  # bytes before our offset, remembered to notice a file truncated and regrown past it
 TRUNCATION_MARKER = " [ddtreed: line truncated at {limit} bytes]"
-# Pacing for floods: while reads come faster than MIN_READ_INTERVAL_S (the read before came less
-# than this long ago, or the last hold-off found new lines waiting), a read of only timestamped
-# lines ("[2026-…") holds the next one back until FLOOD_HOLD_S after it: a service logging 1,000
-# lines/s then costs ~1/FLOOD_HOLD_S wake-ups, not one per write. Each wake-up costs the daemon
-# ~0.3–0.5 ms of CPU whatever it reads (the sleep's own ~40 µs, cold caches, one pump turn), so
-# 25 instead of 50 a second is what keeps such a flood under 2 % of a core; a crash inside a
-# flood of calm lines is read at most FLOOD_HOLD_S late. Reads further apart than
-# MIN_READ_INTERVAL_S (20 lines/s: one every 50 ms) are never held back, so a crash after
-# ordinary traffic is read at once; a read with an untagged line (a traceback body, a C++ abort),
-# a traceback header or an unfinished line is followed at once, flood or not.
+# Pacing for floods: while reads come faster than this (the read before came less than this long
+# ago, or the last hold-off found new lines waiting), a read of only timestamped lines ("[2026-…")
+# holds the next one back this long: a service logging 1,000 lines/s then costs
+# ~1/MIN_READ_INTERVAL_S wake-ups, not one per write. Reads further apart than this (20 lines/s:
+# one every 50 ms) are never held back, so a crash after ordinary traffic is read at once; a read
+# with an untagged line (a traceback body, a C++ abort), a traceback header or an unfinished line
+# is followed at once, flood or not.
 MIN_READ_INTERVAL_S = 0.020
-FLOOD_HOLD_S = 0.040
 TRACEBACK_HEADER = "Traceback (most recent call last):"  # a tagged line that starts a crash's output
 # A line not starting "[<digit>" (SGLang's timestamp): the first line checked with `match`, the
 # others by a search that starts at a literal newline, which `re` finds with a character scan
@@ -74,8 +70,7 @@ class Follower:
 
     def __init__(self, paths: list[str], max_line_bytes: int = 65536, from_end: bool = False,
                  poll_interval_s: float = 0.25, max_bytes_per_read: int = 1024 * 1024,
-                 clock=time.time, min_read_interval_s: float | None = None,
-                 hold_off_s: float | None = None):
+                 clock=time.time, min_read_interval_s: float | None = None):
         if max_line_bytes < 1:
             raise ValueError(f"max_line_bytes must be >= 1, got {max_line_bytes}")
         self.max_line_bytes = max_line_bytes
@@ -86,8 +81,6 @@ class Follower:
         self._sources = [_Source(os.path.abspath(p)) for p in paths]
         self._min_read_interval_s = (MIN_READ_INTERVAL_S if min_read_interval_s is None
                                      else min_read_interval_s)
-        # How long after a calm read in a flood the next one waits: never less than the interval.
-        self._hold_off_s = max(self._min_read_interval_s, FLOOD_HOLD_S if hold_off_s is None else hold_off_s)
         self._next_read_at = 0.0  # monotonic; wait() holds a change back until then
         self._last_read_at = -1e9  # monotonic time of the last read
         self._paced = False  # the coming read follows a hold-off directly: a flood goes on
@@ -175,7 +168,7 @@ class Follower:
         read_at, chunks = self._unjudged
         self._unjudged = None
         if not any(has_untagged_line(chunk.text) or TRACEBACK_HEADER in chunk.text for chunk in chunks):
-            self._next_read_at = read_at + self._hold_off_s
+            self._next_read_at = read_at + self._min_read_interval_s
 
     def _hold_off(self, deadline: float) -> bool:
         """After a calm read in a flood, sleep until `_next_read_at` without watching: a flood
