@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import string
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Iterable
@@ -80,29 +79,6 @@ def load_rules(dirs: Iterable[str | os.PathLike[str]],
     return RuleSet(parse_files(rule_files(dirs), remediation_ids, dirs))
 
 
-# Printable ASCII and the words of a GPU failure: what the first crash's text is made of, for `warm`.
-WARM_TEXT = (string.printable + " Traceback (most recent call last): RuntimeError: CUDA error: out of "
-             "memory. Tried to allocate 2.00 GiB (GPU 0; 79.11 GiB total capacity) NCCL error torch")
-
-
-def warm(rules: Iterable[Rule], prefilter: MessagePrefilter | None) -> None:
-    """Search every pattern of every rule once, and the prefilter, over WARM_TEXT.
-
-    RE2 builds each pattern's automaton states on first use: the daemon's first crash met ~150
-    cold patterns (20-60 ms of its diagnosis on this box, against ~2 ms warm). Done when the rules
-    load (60-190 ms here, before any service runs), the first detection pays much less of it."""
-    from ..signature import signature_of  # noqa: F401  (imported by the first diagnosis otherwise)
-
-    for rule in rules:
-        conditions = rule.conditions
-        for pattern in (*conditions.messages, *conditions.messages_absent, *conditions.frames,
-                        *conditions.frames_absent, conditions.wrapper, conditions.inner_message, conditions.prefix):
-            if pattern is not None:
-                pattern.search(WARM_TEXT)
-    if prefilter is not None and prefilter.enabled:
-        prefilter.matching(WARM_TEXT)
-
-
 def informativeness(crash: Crash) -> tuple[int, int, int]:
     """Rank crashes: a real traceback over a bare death; a wrapped inner error; more frames."""
     tier = {"traceback": 3, "nccl-watchdog": 2, "watchdog-timeout": 2}.get(crash.kind, 0)
@@ -119,8 +95,6 @@ class RuleSet:
         self.use_prefilter = prefilter  # False: every candidate is evaluated (the equivalence tests)
         # Built with the rules (~60 ms), not on the first crash: that one is the detection timed.
         self._prefilter = MessagePrefilter(self.rules) if prefilter else None
-        if prefilter:
-            warm(self.rules, self._prefilter)
         self._order = {rule.id: position for position, rule in enumerate(self.rules)}
         self._by_id = {rule.id: rule for rule in self.rules}
         self._index = RuleIndex()
