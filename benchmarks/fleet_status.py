@@ -102,13 +102,7 @@ class NetnsSshd:
         return f"{self.address} {self.public_host_key}"
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        sshd.stop_process(self.process)
         subprocess.run(["ip", "netns", "del", self.namespace], capture_output=True, check=False, timeout=30)
         subprocess.run(["ip", "link", "del", self.veth + "a"], capture_output=True, check=False, timeout=30)
 

@@ -71,13 +71,18 @@ class Sshd:
         return f"[127.0.0.1]:{self.port} {self.public_host_key}"
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_process(self.process)
+
+
+def stop_process(process: subprocess.Popen | None) -> None:
+    """SIGTERM a running sshd, SIGKILL it after 10 s; nothing when it is gone already."""
+    if process and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
 
 
 def start_sshd(directory: Path, authorized_keys: str, port: int | None = None,
