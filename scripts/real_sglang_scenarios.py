@@ -253,12 +253,15 @@ def leftovers() -> list[dict]:
     import psutil
 
     found = []
-    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+    for proc in psutil.process_iter(["pid", "name", "cmdline", "status", "ppid"]):
         try:
             cmd = " ".join(proc.info["cmdline"] or [])
             named = (proc.info["name"] or "").startswith("sglang::")
             if proc.pid != os.getpid() and ("sglang.launch_server" in cmd or named):
-                found.append({"pid": proc.pid, "name": proc.info["name"], "cmd": cmd[:120]})
+                # a zombie (exited, its parent has not reaped it: an empty command line) holds no
+                # memory or GPU; it is listed apart so it is not read as a survivor of the stop
+                found.append({"pid": proc.pid, "name": proc.info["name"], "cmd": cmd[:120],
+                              "status": proc.info["status"], "ppid": proc.info["ppid"]})
                 proc.kill()
         except psutil.Error:
             continue

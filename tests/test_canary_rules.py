@@ -100,7 +100,7 @@ def test_acceptance_collapse_rules(rules):
     dflash = rules.diagnose((canary_crash(collapsed(baseline=None)),), DFLASH).match
     assert (dflash.rule_id, dflash.remediations) == ("canary-acceptance-collapse",
                                                      ("disable-speculative-decoding",))
-    assert "baseline of unknown" in dflash.diagnosis
+    assert "(learned baseline: unknown)" in dflash.diagnosis
 
 
 def test_every_canary_rule_is_reached_here(rules):

@@ -151,3 +151,64 @@ def test_the_eager_fallback_stop_drained_the_service_before_the_patch():
     text = gzip.decompress((RUN / "width-silent-r8.service.log.gz").read_bytes()).decode()
     assert "crashed with exit code -15" not in text  # no scheduler killed mid-drain
     assert text.count("Draining requests and shutting down") == 2  # the fix's stop and the final one
+
+
+# ---- runs r9-r11 (main 739e07a, docs/gpu-real-sglang.md) --------------------------------------------
+
+def test_the_gpu_hog_wait_ends_in_a_verified_relaunch_once_the_holder_lets_go():
+    result = _results("r9", "hog")
+    hog_pid = result["hog"]["pid"]
+    # ddtreed's verdict while the hog held the GPU: blocked on the named holder, nothing relaunched
+    assert result["verdict"]["state"] == "blocked" and result["verdict"]["restarts"] == 0
+    assert f"pid {hog_pid}" in result["verdict"]["status_text"]
+    (incident,) = result["incidents"]
+    assert (incident["rule"], incident["status"], incident["outcome"]) == (
+        "cuda-oom-gpu-held-by-another-process", "resolved", "restarted; healthy")
+    assert incident["remediation"] is None  # never a blind lower-mem-fraction-static
+    assert [step for step, _ in incident["steps"]] == [
+        "detected", "diagnosed", "waiting", "cleared", "restarting", "restarted", "healthy"]
+    times = result["step_times"][str(incident["id"])]
+    assert times["waiting"] <= times["cleared"] <= times["restarting"]  # no relaunch before it let go
+    # two launches (the file's rotated parts come in any order): the crash and the relaunch
+    (crashed,), (healthy,) = ([r for r in map(replay, launches("hog-r9")) if bool(r[1]) is want]
+                              for want in (True, False))
+    assert any(f"Process {hog_pid} has 136.79 GiB memory in use" in c.message for g in crashed[1] for c in g)
+    assert healthy[0].ready and healthy[1] == []
+
+
+def test_a_remediation_cut_off_by_a_kill_and_found_undone_is_reverted_not_counted_as_held():
+    # r9's width-capture was killed by the device's time limit between the patch and its
+    # verification; the next machine command re-installed SGLang's files. The next ddtreed run
+    # found the application's file back at its original bytes: it marked it undone and reverted
+    # that incident, then diagnosed the (still injected) capture crash anew and fixed it.
+    result = _results("r10", "width-capture")
+    by_id = {i["id"]: i for i in result["incidents"]}
+    assert by_id[1]["status"] == "reverted" and "no longer in place" in by_id[1]["outcome"]
+    assert by_id[2]["status"] == "resolved" and by_id[2]["remediation"] == "verify-graph-capture-width"
+    assert result["runner_after"] == {"injected": True, "ddtreed_marker": True}
+    # four launches over both runs (the rotated parts in any order): two capture crashes, the
+    # patched launch r9 cut off during its load, and r10's patched launch, serving on graphs
+    replays = [(lines, *replay(lines)) for lines in launches("width-capture-r10")]
+    crashes = [groups for _, _, groups, _ in replays if groups]
+    assert len(crashes) == 2 and all(any("shared logits buffer holds 576 rows but caller needs 624" in c.message
+                                         for g in groups for c in g) for groups in crashes)
+    (served,) = [lines for lines, tracker, groups, _ in replays if tracker.ready]
+    assert {s.cuda_graph for s in map(parse_decode_line, served) if s} == {True}
+
+
+def test_every_scenario_of_the_last_runs_ended_in_the_state_it_should():
+    expected = {  # scenario -> (statuses of its incidents, rules)
+        ("r9", "ngram"): (["resolved", "resolved"], {"worker-died-without-traceback"}),
+        ("r10", "width-silent"): (["resolved"], {"serving-eager-fallback"}),
+        ("r11", "kvpool"): (["resolved"], {"kv-pool-no-room-weights-fill-fraction"}),
+        ("r11", "dflash"): (["resolved"], {"canary-acceptance-collapse"}),
+        ("r11", "portinuse"): (["advised"], {"preflight:port-in-use"}),
+    }
+    for (run, scenario), (statuses, rules) in expected.items():
+        result = _results(run, scenario)
+        assert "error" not in result, (run, scenario)
+        assert sorted(i["status"] for i in result["incidents"]) == statuses, (run, scenario)
+        assert {i["rule"] for i in result["incidents"]} == rules, (run, scenario)
+        assert result["stop"]["rc"] == 0 and result["gpu_after"] == [], (run, scenario)
+        facts = result["service_log_facts"]
+        assert facts["draining"] and not facts["scheduler_killed_by_sigterm"], (run, scenario)
