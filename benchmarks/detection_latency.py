@@ -47,6 +47,19 @@ from ddtreed.demo import free_port  # noqa: E402
 
 SERVICE = Path(__file__).resolve().parent / "bench_service.py"
 GOALS_MS = {"idle": 5.0, "hogs": 25.0}
+BREAKDOWN: list[dict] = []  # per timed event of the condition under way: where its record part went
+
+
+def summarise_breakdown(rows: list[dict], prefix: str) -> dict:
+    """p50 / p99 of each phase over the events; the daemon's first crash (a fresh process: cold
+    caches, RE2 automata not yet built) apart, since a 20-event run's p99 is about its maximum."""
+    out: dict = {}
+    for subset, label in (([r for r in rows if not r["first"]], "later"), ([r for r in rows if r["first"]], "first")):
+        for key in sorted({k for r in subset for k in r if k != "first"}):
+            values = [r[key] for r in subset if key in r]
+            out[f"phase_{key}_{prefix}_{label}"] = {"p50": round(percentile(values, 0.5), 3),
+                                                   "p99": round(percentile(values, 0.99), 3)}
+    return out
 
 
 def write_config(directory: Path, lines_per_s: float, restart_window_s: float = 1.0) -> Path:
@@ -78,6 +91,7 @@ class Probe:
 
         def handle(loop, crashes, *args, **kwargs):
             self.pending = tuple(crashes)
+            self.phases = {"entered": time.time()}
             try:
                 return handle_crash(loop, crashes, *args, **kwargs)
             finally:
@@ -87,18 +101,46 @@ class Probe:
         self._restore = lambda: setattr(daemon_module, "handle_crash", handle_crash)
         for name, kind in (("open_incident", "new"), ("record_recurrence", "recurrence")):
             self._wrap(daemon.store, name, kind)
+        # Where the record part goes (wall and this thread's CPU of each call on the crash path
+        # before the durable write): the diagnosis, the recurrence lookup (a read transaction).
+        self.phases: dict[str, float] = {}
+        self.breakdown: list[dict] = []  # one per timed event, aligned with commits
+        rules = daemon.rules
+        self._timed(rules, "diagnose", "diagnose")
+        self._timed(daemon.store, "open_incident_for", "lookup")
+
+    def _timed(self, owner, name: str, label: str) -> None:
+        original = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if self.pending is not None and label not in self.phases:  # the first call per crash
+                    self.phases[f"{label}_ms"] = (time.perf_counter() - wall) * 1000
+                    self.phases[f"{label}_cpu_ms"] = (time.thread_time() - cpu) * 1000
+
+        setattr(owner, name, timed)
 
     def _wrap(self, store, name: str, kind: str) -> None:
         original = getattr(store, name)
 
         def write(*args, **kwargs):
+            wall, cpu = time.perf_counter(), time.thread_time()
             result = original(*args, **kwargs)
+            if self.pending is not None:
+                self.phases["write_ms"] = (time.perf_counter() - wall) * 1000
+                self.phases["write_cpu_ms"] = (time.thread_time() - cpu) * 1000
             crashes, self.pending = self.pending, None
             if crashes is None:  # not the first write for a crash group
                 return result
             if any(c.kind == "traceback" for c in crashes):  # the cue's founding traceback
                 detected = min((c.detected_at for c in crashes if c.detected_at), default=float("nan"))
                 self.commits.append((time.time(), detected, kind))
+                phases = {k: round(v, 3) for k, v in self.phases.items() if k != "entered"}
+                phases["pump_to_handle_ms"] = round((self.phases.get("entered", detected) - detected) * 1000, 3)
+                self.breakdown.append(phases)
                 self.event.set()
             else:
                 self.others.append({"kind": crashes[0].kind, "message": crashes[0].message[:200], "write": name})
@@ -159,6 +201,7 @@ def measure(directory: Path, events: int, lines_per_s: float,
         thread.join(30)
         probe.close()
         misses += [{"other_incident": other} for other in probe.others]
+        BREAKDOWN.extend(dict(phases, first=index == 0) for index, phases in enumerate(probe.breakdown))
     return samples
 
 
@@ -267,6 +310,8 @@ def main() -> None:
                 bare = baseline(root / f"{condition}-0", args.events)
                 floor = fsync_floor(root / f"{condition}-0", max(args.events, 50))
             result.update(summarise(runs, condition))
+            result.update(summarise_breakdown(BREAKDOWN, condition))
+            BREAKDOWN.clear()
             result[f"missed_events_{condition}"] = misses
             result[f"baseline_read_p50_ms_{condition}"] = round(percentile([v * 1000 for v in bare], 0.5), 3)
             result[f"baseline_read_p99_ms_{condition}"] = round(percentile([v * 1000 for v in bare], 0.99), 3)
