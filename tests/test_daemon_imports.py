@@ -23,7 +23,8 @@ from ddtreed.demo import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("prometheus_client", "urllib.request", "http.client", "http.server", "email")
-LEFT_OUT = ("_hashlib", "ssl", "_ssl", "asyncio", "_asyncio", "sqlite_utils", "click", "dateutil", "pluggy")
+LEFT_OUT = ("_hashlib", "ssl", "_ssl", "asyncio", "_asyncio", "sqlite_utils", "click", "dateutil", "pluggy",
+            "statistics", "decimal")
 LEAN = "from ddtreed.lean import lean_daemon_process\nlean_daemon_process()\n"
 DAEMON_MODULES = "import ddtreed.cli.run_cmd, ddtreed.loop.daemon, ddtreed.ops.logsetup, ddtreed.ops.notify\n"
 

@@ -8,15 +8,19 @@ from __future__ import annotations
 import itertools
 import json
 import sqlite3
+import statistics
 import time
 
 import pytest
 import sqlite_utils
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_incidents_support import founding_crashes, record_founding
 
 from ddtreed.cli import main
 from ddtreed.incidents import Store, connection, database_path
 from ddtreed.incidents.lite import Database, NotFoundError, value_of
+from ddtreed.incidents.state import median
 from ddtreed.records import Application
 
 
@@ -125,3 +129,9 @@ def test_update_of_a_missing_row_raises_and_writes_nothing(tmp_path):
             with store.atomic() as db:
                 db["incidents"].update(99, {"status": "resolved"})
         assert store.list_incidents() == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=16.0), min_size=1, max_size=40))
+def test_the_baseline_median_is_statistics_median(values):
+    assert median(values) == statistics.median(values)
