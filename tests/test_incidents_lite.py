@@ -1,11 +1,14 @@
 """The store on the standard library's sqlite3 (`ddtreed/incidents/lite.py`, what `ddtreed run`
 uses since issue 19's RSS goal) writes the same database as the store through sqlite-utils did:
 the same schema text in `sqlite_master`, the same rows in every table, and so the same
-`ddtreed incidents --json` output, for one history of writes made through both."""
+`ddtreed incidents --json` output, for one history of writes made through both. And the daemon
+path's two other savings keep their results: the baseline's median without `statistics`, the
+stderr tail trimmed when read instead of on every feed."""
 
 from __future__ import annotations
 
 import itertools
+from collections import deque
 import json
 import sqlite3
 import statistics
@@ -21,6 +24,7 @@ from ddtreed.cli import main
 from ddtreed.incidents import Store, connection, database_path
 from ddtreed.incidents.lite import Database, NotFoundError, value_of
 from ddtreed.incidents.state import median
+from ddtreed.incidents.stderr_tail import LINE_CHARS, TAIL_BYTES, TAIL_LINES, StderrTail
 from ddtreed.records import Application
 
 
@@ -135,3 +139,35 @@ def test_update_of_a_missing_row_raises_and_writes_nothing(tmp_path):
 @given(st.lists(st.floats(min_value=0.0, max_value=16.0), min_size=1, max_size=40))
 def test_the_baseline_median_is_statistics_median(values):
     assert median(values) == statistics.median(values)
+
+
+class EagerTail:
+    """StderrTail as it was: every line trimmed and counted as it is fed."""
+
+    def __init__(self, max_lines=TAIL_LINES, max_bytes=TAIL_BYTES):
+        self.max_bytes, self.lines, self.size = max_bytes, deque(maxlen=max_lines), 0
+
+    def feed(self, lines):
+        for line in lines:
+            line = line.rstrip("\r\n")
+            if len(line) > LINE_CHARS:
+                line = line[:LINE_CHARS] + "…"
+            if len(self.lines) == self.lines.maxlen:
+                self.size -= len(self.lines[0].encode())
+            self.lines.append(line)
+            self.size += len(line.encode())
+            while self.size > self.max_bytes and len(self.lines) > 1:
+                self.size -= len(self.lines.popleft().encode())
+
+
+_LINE = st.one_of(st.text(max_size=60), st.text(alphabet="é\r\nx", max_size=900), st.just("x" * 3000))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_LINE, max_size=60), max_size=8), st.sampled_from([(40, 8192), (5, 100), (3, 1)]))
+def test_the_lazy_stderr_tail_keeps_the_lines_the_eager_one_kept(feeds, bounds):
+    lazy, eager = StderrTail(*bounds), EagerTail(*bounds)
+    for lines in feeds:
+        lazy.feed(lines)
+        eager.feed(lines)
+        assert lazy.lines() == list(eager.lines)
