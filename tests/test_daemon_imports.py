@@ -1,7 +1,9 @@
 """What the daemon's process loads (issue 19: RSS ≤ 40 MB): the /metrics exposition and the webhook
 client are imported only by a daemon configured to use them (their deliveries and scrapes are
 tested in test_notify*.py and test_metrics.py); `ddtreed run` maps neither OpenSSL nor asyncio
-(ddtreed/lean.py), and what it hashes and logs is the same without them."""
+(ddtreed/lean.py), and what it hashes and logs is the same without them; its incident store is
+the standard library's sqlite3 (ddtreed/incidents/lite.py), without sqlite-utils and its click,
+dateutil and pluggy (test_incidents_lite.py: the same files)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from ddtreed.demo import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("prometheus_client", "urllib.request", "http.client", "http.server", "email")
-LEFT_OUT = ("_hashlib", "ssl", "_ssl", "asyncio", "_asyncio")
+LEFT_OUT = ("_hashlib", "ssl", "_ssl", "asyncio", "_asyncio", "sqlite_utils", "click", "dateutil", "pluggy",
+            "statistics", "decimal")
 LEAN = "from ddtreed.lean import lean_daemon_process\nlean_daemon_process()\n"
 DAEMON_MODULES = "import ddtreed.cli.run_cmd, ddtreed.loop.daemon, ddtreed.ops.logsetup, ddtreed.ops.notify\n"
 
@@ -47,7 +50,7 @@ def test_the_daemon_modules_leave_metrics_and_webhooks_unloaded():
 def test_a_lean_process_imports_the_daemon_without_openssl_or_asyncio():
     loaded = loaded_after(LEAN + DAEMON_MODULES + "from ddtreed.ops.logsetup import configure\n"
                           "configure(json_output=True)\nimport structlog\nstructlog.get_logger('t').info('x')")
-    assert {"ddtreed.loop.daemon", "structlog", "hashlib", "sqlite_utils"} <= loaded
+    assert {"ddtreed.loop.daemon", "structlog", "hashlib", "sqlite3", "ddtreed.incidents.lite"} <= loaded
     assert loaded.isdisjoint(LEFT_OUT), sorted(loaded & set(LEFT_OUT))
 
 

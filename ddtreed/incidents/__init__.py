@@ -1,7 +1,7 @@
-"""The incident store (SQLite through sqlite-utils) and how incidents are shown.
+"""The incident store (SQLite through the standard library, `lite.py`) and how incidents are shown.
 
 What the stdlib readers need (`database_path`, `StoreError`, `reads.Reader`) is imported here;
-the store itself (`Store`, which imports sqlite-utils and structlog) and the rest are imported on
+the store itself (`Store`, which imports sqlite3 and structlog) and the rest are imported on
 first use, so `ddtreed incidents` and `import ddtreed.incidents.views` start without them.
 """
 

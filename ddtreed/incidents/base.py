@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
-import sqlite_utils
 
+from .lite import Database
 from .connection import (DEFAULT_BUSY_TIMEOUT_S, StoreError, connect, connect_read_only,
                          prepare_directory, prepare_file, transaction, translate)
 from .migrations import MIGRATIONS, applied, migrate
@@ -36,7 +36,7 @@ class StoreBase:
             if create:
                 prepare_directory(self.path)
                 prepare_file(self.path)
-            self.db: sqlite_utils.Database = connect(self.path, busy_timeout_s)
+            self.db: Database = connect(self.path, busy_timeout_s)
             migrate(self.db)
         except (sqlite3.Error, OSError) as error:
             raise translate(error, self.path, "open the incident database", busy_timeout_s) from error
@@ -64,7 +64,7 @@ class StoreBase:
         self.close()
 
     @contextlib.contextmanager
-    def atomic(self) -> Iterator[sqlite_utils.Database]:
+    def atomic(self) -> Iterator[Database]:
         """One write transaction (all or nothing); a nested call joins the outer one."""
         with self._lock:
             if self.db.conn.in_transaction:
@@ -86,7 +86,7 @@ class StoreBase:
             return write(self)
 
     @contextlib.contextmanager
-    def reading(self) -> Iterator[sqlite_utils.Database]:
+    def reading(self) -> Iterator[Database]:
         """One read snapshot, so an incident and its steps are read as of the same moment."""
         with self._lock:
             if self.db.conn.in_transaction:
@@ -98,7 +98,7 @@ class StoreBase:
             except sqlite3.Error as error:
                 raise translate(error, self.path, "read", self.busy_timeout_s) from error
 
-    def _require(self, db: sqlite_utils.Database, what: str, key: object) -> None:
+    def _require(self, db: Database, what: str, key: object) -> None:
         """Raise StoreError(reason="missing") when `what` ("incident" | "application") is absent."""
         table, column = {"incident": ("incidents", "id"),
                          "application": ("applications", "application_id")}[what]

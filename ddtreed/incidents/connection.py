@@ -7,16 +7,20 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
-import sqlite_utils
 import structlog
 
 from ..sqlite_readonly import open_read_only
+from .lite import Database
 from .errors import StoreError, translate  # noqa: F401 - the store's errors, named here as before
 from .reads import DATABASE_NAME, DEFAULT_BUSY_TIMEOUT_S, database_path  # noqa: F401
 
 log = structlog.get_logger(__name__)
+
+# What a connection is wrapped in: the standard library's sqlite3 with sqlite-utils' calls
+# (`lite.Database`); tests/test_incidents_lite.py swaps sqlite-utils itself in to compare.
+DATABASE: Callable[[sqlite3.Connection], Database] = Database
 
 
 def prepare_directory(path: Path) -> None:
@@ -47,19 +51,19 @@ def _tighten(path: Path) -> None:
                     was=oct(status.st_mode & 0o777))
 
 
-def connect(path: Path, busy_timeout_s: float) -> sqlite_utils.Database:
-    """A sqlite-utils Database in WAL mode whose writers wait `busy_timeout_s` for a lock."""
+def connect(path: Path, busy_timeout_s: float) -> Database:
+    """A Database (`lite`) in WAL mode whose writers wait `busy_timeout_s` for a lock."""
     # check_same_thread=False: the metrics endpoint reads from its own thread; Store serialises
     # access with a lock.
     connection = sqlite3.connect(str(path), timeout=busy_timeout_s, check_same_thread=False)
-    db = sqlite_utils.Database(connection, execute_plugins=False)
+    db = DATABASE(connection)
     _switch_to_wal(db, busy_timeout_s)  # WAL: the CLI reads while the daemon writes
     db.execute("PRAGMA foreign_keys = ON")
     # synchronous stays FULL (the WAL default here): a recorded step must survive a power cut.
     return db
 
 
-def _switch_to_wal(db: sqlite_utils.Database, busy_timeout_s: float) -> None:
+def _switch_to_wal(db: Database, busy_timeout_s: float) -> None:
     """Put the database in WAL mode, waiting up to `busy_timeout_s` for a lock.
 
     SQLite does not call the busy handler for this switch: while another connection writes a
@@ -81,15 +85,15 @@ def _switch_to_wal(db: sqlite_utils.Database, busy_timeout_s: float) -> None:
         pause = min(pause * 2, 0.1)
 
 
-def connect_read_only(path: Path, busy_timeout_s: float) -> sqlite_utils.Database:
+def connect_read_only(path: Path, busy_timeout_s: float) -> Database:
     """Open for reading only: a copy from another host, a read-only mount, a reviewer's account
     (`sqlite_readonly.open_read_only`: `mode=ro`, else `immutable=1`)."""
     connection = open_read_only(path, busy_timeout_s, check_same_thread=False)
-    return sqlite_utils.Database(connection, execute_plugins=False)
+    return DATABASE(connection)
 
 
 @contextlib.contextmanager
-def transaction(db: sqlite_utils.Database, immediate: bool = True) -> Iterator[None]:
+def transaction(db: Database, immediate: bool = True) -> Iterator[None]:
     """One transaction; IMMEDIATE takes the write lock up front so the busy timeout applies."""
     db.conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
     try:

@@ -5,17 +5,17 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-import sqlite_utils
 import structlog
 
 from .connection import transaction
+from .lite import Database
 
 log = structlog.get_logger(__name__)
 
-Migration = Callable[[sqlite_utils.Database], None]
+Migration = Callable[[Database], None]
 
 
-def _incidents(db: sqlite_utils.Database) -> None:
+def _incidents(db: Database) -> None:
     db["incidents"].create({
         "id": int, "source": str, "service": str, "category": str, "rule_id": str, "title": str,
         "diagnosis": str, "advice": str, "fingerprint": str, "exception": str, "message": str,
@@ -32,7 +32,7 @@ def _incidents(db: sqlite_utils.Database) -> None:
     db["steps"].create_index(["incident_id", "at"], index_name="steps_incident")
 
 
-def _applications(db: sqlite_utils.Database) -> None:
+def _applications(db: Database) -> None:
     db["applications"].create({
         "application_id": str, "incident_id": int, "remediation_id": str, "kind": str,
         "target": str, "summary": str, "files": str, "launch": str, "status": str,
@@ -42,13 +42,13 @@ def _applications(db: sqlite_utils.Database) -> None:
     db["applications"].create_index(["incident_id"], index_name="applications_incident")
 
 
-def _frozen(db: sqlite_utils.Database) -> None:
+def _frozen(db: Database) -> None:
     db["frozen_signatures"].create({
         "fingerprint": str, "reason": str, "incident_id": int, "frozen_at": float,
     }, pk="fingerprint")
 
 
-def _baselines(db: sqlite_utils.Database) -> None:
+def _baselines(db: Database) -> None:
     db["accept_samples"].create({
         "id": int, "key": str, "accept_length": float, "healthy": int, "incident_id": int,
         "at": float,
@@ -56,7 +56,7 @@ def _baselines(db: sqlite_utils.Database) -> None:
     db["accept_samples"].create_index(["key", "healthy", "at"], index_name="accept_samples_key")
 
 
-def _goldens(db: sqlite_utils.Database) -> None:
+def _goldens(db: Database) -> None:
     db["goldens"].create({
         "id": int, "model": str, "draft_model": str, "sglang_version": str, "prompt": str,
         "output_tokens": str, "output_text": str, "trusted": int, "recorded_at": float,
@@ -65,14 +65,14 @@ def _goldens(db: sqlite_utils.Database) -> None:
                                index_name="goldens_key", unique=True)
 
 
-def _degraded(db: sqlite_utils.Database) -> None:
+def _degraded(db: Database) -> None:
     db["degraded"].create({
         "service_key": str, "step": int, "step_id": str, "better": str, "incident_id": int,
         "updated_at": float,
     }, pk="service_key")
 
 
-def _canary_runs(db: sqlite_utils.Database) -> None:
+def _canary_runs(db: Database) -> None:
     db["canary_runs"].create({
         "id": int, "model": str, "draft_model": str, "sglang_version": str, "passed": int,
         "detail": str, "accept_length": float, "data": str, "incident_id": int, "at": float,
@@ -80,7 +80,7 @@ def _canary_runs(db: sqlite_utils.Database) -> None:
     db["canary_runs"].create_index(["at"], index_name="canary_runs_at")
 
 
-def _application_engine_fields(db: sqlite_utils.Database) -> None:
+def _application_engine_fields(db: Database) -> None:
     """The remediation engine writes here too (one source of truth): what it needs to undo a change."""
     for column, kind in (("layout", str), ("version", str), ("previous", str), ("reverted_at", float),
                          ("verified_at", float)):
@@ -88,7 +88,7 @@ def _application_engine_fields(db: sqlite_utils.Database) -> None:
     db.execute("UPDATE applications SET verified_at = updated_at WHERE status = 'verified'")
 
 
-def _scale(db: sqlite_utils.Database) -> None:
+def _scale(db: Database) -> None:
     """What keeps a store of 100,000 incidents fast: the list's order and filter as indexes, and
     the metrics totals kept by triggers in `incident_counts` (a scrape reads a few rows instead of
     grouping the whole table). The triggers see every write path, the CLI's included."""
@@ -128,13 +128,13 @@ MIGRATIONS: tuple[tuple[str, Migration], ...] = (
 )
 
 
-def applied(db: sqlite_utils.Database) -> list[str]:
+def applied(db: Database) -> list[str]:
     if "_migrations" not in db.table_names():
         return []
     return [row["name"] for row in db.query("SELECT name FROM _migrations ORDER BY id")]
 
 
-def migrate(db: sqlite_utils.Database, migrations=MIGRATIONS) -> list[str]:
+def migrate(db: Database, migrations=MIGRATIONS) -> list[str]:
     """Apply the pending migrations; return the names applied now."""
     if len(applied(db)) == len(migrations):
         return []  # the common case: no write lock needed, so the CLI never waits on the daemon

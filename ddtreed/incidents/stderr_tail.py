@@ -30,34 +30,40 @@ _NOT_AN_ERROR = re.compile(r"^\s*(Traceback \(most recent call last\)|File \"|\^
 
 
 class StderrTail:
-    """The newest stderr lines, at most TAIL_LINES and TAIL_BYTES."""
+    """The newest stderr lines, at most TAIL_LINES and TAIL_BYTES.
+
+    `feed` only appends the lines as they came to a deque bounded by the line count (no per-line
+    Python: the daemon feeds it on every read, ~50 times a second in a flood); the bounds by
+    characters and bytes are applied to those few lines when `lines()` asks. The same lines as
+    trimming at every feed would keep: the kept lines are always the longest run of newest lines
+    within both bounds (at least one), and a run only ends later when lines come after it."""
 
     def __init__(self, max_lines: int = TAIL_LINES, max_bytes: int = TAIL_BYTES):
         self.max_bytes = max_bytes
         self._lines: deque[str] = deque(maxlen=max_lines)
-        self._bytes = 0
 
     def feed(self, lines: Iterable[str]) -> None:
-        for line in lines:
-            line = line.rstrip("\r\n")
-            if len(line) > LINE_CHARS:
-                line = line[:LINE_CHARS] + "…"
-            if len(self._lines) == self._lines.maxlen:
-                self._bytes -= len(self._lines[0].encode())
-            self._lines.append(line)
-            self._bytes += len(line.encode())
-            while self._bytes > self.max_bytes and len(self._lines) > 1:
-                self._bytes -= len(self._lines.popleft().encode())
+        self._lines.extend(lines)
 
     def feed_text(self, text: str) -> None:
         self.feed(text.splitlines())
 
     def lines(self) -> list[str]:
-        return list(self._lines)
+        kept: list[str] = []
+        total = 0
+        for line in reversed(self._lines):
+            line = line.rstrip("\r\n")
+            if len(line) > LINE_CHARS:
+                line = line[:LINE_CHARS] + "…"
+            total += len(line.encode())
+            if kept and total > self.max_bytes:
+                break
+            kept.append(line)
+        kept.reverse()
+        return kept
 
     def clear(self) -> None:
         self._lines.clear()
-        self._bytes = 0
 
 
 class ServiceOutput:
