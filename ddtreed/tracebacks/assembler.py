@@ -267,6 +267,8 @@ class Assembler:
             if frame:
                 builder.add_frame(frame)
                 builder.after_frame = True
+            elif state == FRAMES and stripped.endswith(grammar.TRACEBACK_HEADER):
+                return FINISH  # a new traceback after one cut before its exception line: its own crash
             elif not stripped or stripped == grammar.TRACEBACK_HEADER:
                 builder.state = FRAMES if state == FRAMES else HEADER
             elif grammar.ELISION.match(stripped):
