@@ -72,14 +72,14 @@ FRAMES = ('  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py
 
 
 def test_offline_assembly_keeps_headerless_cut_frames_as_a_cut_traceback():
-    crashes = [crash for group in assemble_lines(FRAMES.split("\n")) for crash in group]
+    crashes = [crash for group in assemble_lines(FRAMES.split("\n"), keep_cut_orphans=True) for crash in group]
     assert len(crashes) == 1
     assert crashes[0].exception is None
     assert [frame.function for frame in crashes[0].frames] == ["event_loop", "load_back"]
 
 
 def test_one_stray_frame_line_is_no_crash_even_offline():
-    assert assemble_lines(FRAMES.split("\n")[:2]) == []
+    assert assemble_lines(FRAMES.split("\n")[:2], keep_cut_orphans=True) == []
 
 
 @pytest.mark.parametrize("eager", [False, True])

@@ -351,6 +351,15 @@ class Assembler:
             state.milestone = stripped[:300]  # a paste without the log prefix
             self._comm.clear()
             return
+        if "Kill" in stripped or "oom-kill" in stripped:
+            killed = grammar.KILL_LINE.match(stripped)
+            if killed:  # SIGKILL (the OOM killer): no output of its own, only these lines say so
+                self._crash(Crash(kind="child-death", exception=None, message=grammar.kill_message(stripped),
+                                  rank=state.torch_rank, exit_code=grammar.KILL_EXIT_CODE, prefix="killed",
+                                  source=chunk.source,
+                                  first_line=number, last_line=number, detected_at=now, excerpt=(body,),
+                                  context=self._comm.before(chunk.source, number, now) + _phase(state)), now)
+                return
         fatal = grammar.fatal_line(stripped)
         argparse_error = grammar.ARGPARSE_ERROR.match(stripped) if ": error: " in stripped else None
         native = state.terminate is not None and grammar.WHAT.match(body)
@@ -584,9 +593,11 @@ def unreverse(lines: list[str]) -> list[str]:
     return result
 
 
-def assemble_lines(lines, source: str = "<lines>", batch: int = 4096) -> list[tuple[Crash, ...]]:
-    """Offline: every crash group in `lines` (strings, trailing newlines allowed)."""
-    assembler = Assembler(keep_cut_orphans=True)
+def assemble_lines(lines, source: str = "<lines>", batch: int = 4096,
+                   keep_cut_orphans: bool = False) -> list[tuple[Crash, ...]]:
+    """Offline: every crash group in `lines` (strings, trailing newlines allowed), as the daemon
+    would assemble them; `keep_cut_orphans` for a pasted report (`Assembler`)."""
+    assembler = Assembler(keep_cut_orphans=keep_cut_orphans)
     buffer: list[str] = []
     number = 1
     for line in lines:

@@ -163,6 +163,14 @@ def announced_crashes(lines: list[str], source: str = "<log>") -> tuple[Crash, .
     return tuple(found)
 
 
+def _as_said(line: str) -> str:
+    if "Kill" in line or "oom-kill" in line:
+        stripped = _uncontained(line).strip()
+        if grammar.KILL_LINE.match(stripped):
+            return grammar.kill_message(stripped)
+    return line
+
+
 def paste_crashes(lines: list[str], source: str = "<paste>", force: bool = False) -> tuple[Crash, ...]:
     """Candidate crashes named in a report's text (first mentions first); () for a log, unless
     `force` (the log did fail, but with nothing a rule knows)."""
@@ -204,7 +212,9 @@ def paste_crashes(lines: list[str], source: str = "<paste>", force: bool = False
                                     frames=frames, first_line=number, last_line=number, excerpt=(raw,)))
         if len(candidates) >= MAX_CANDIDATES:
             break
-    text = "\n".join(grammar.strip_ansi(line) for line in lines)[:MAX_TEXT]
+    # The kernel's `Out of memory: Killed process …` is host memory: in the text's own words it
+    # would read as a GPU OOM, so a kill line speaks as what it is (`grammar.kill_message`).
+    text = "\n".join(_as_said(grammar.strip_ansi(line)) for line in lines)[:MAX_TEXT]
     # The text as a whole, last: a report that only describes the failure in words.
     candidates.append(Crash(kind="error-line", exception=None, message=text, prefix="report text",
                             source=source, first_line=1, last_line=len(lines),
