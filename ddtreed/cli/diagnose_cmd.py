@@ -119,7 +119,8 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
 
     if context is None:
         context = context_from_log(lines)
-    diagnoses = [rules.diagnose(group, context) for group in assemble_lines(unreverse(lines), source)]
+    groups = assemble_lines(unreverse(lines), source, keep_cut_orphans=True)  # a report's headerless cut frames too
+    diagnoses = [rules.diagnose(group, context) for group in groups]
     if not any(rules.decisive(diagnosis) for diagnosis in diagnoses):
         # Nothing assembled, or only crashes no rule knows (a paste cut before its exception
         # line) or knows only by shape: the errors the text quotes may still say what failed.

@@ -26,6 +26,7 @@ log = structlog.get_logger(__name__)
 MAX_READY_GROUPS = 2
 CONTEXT_LOOKBACK = 8  # lines before a traceback header searched for warnings that explain it
 CONSUMED, FINISH, SKIPPED = "consumed", "finish", "skipped"
+MIN_ORPHAN_FRAMES = 2  # frames of a headerless paste cut before its exception line that make it a crash
 # An untagged line outside a traceback without any of these (NCCL INFO chatter, tqdm bars) costs
 # this one search in `_idle_line` (with no C++ abort waiting for its what() line).
 _IDLE_GATE = re.compile("|".join(re.escape(needle) for needle in sorted(set(scan.IDLE_NEEDLES), key=len, reverse=True)))
@@ -50,8 +51,13 @@ class Assembler:
     """Feed LogChunks; `take()` returns groups of crashes from ranks that failed together."""
 
     def __init__(self, settle_s: float = 1.0, max_lines: int = 2000, max_pending: int = 64,
-                 max_group_s: float = 60.0, eager: bool = False):
+                 max_group_s: float = 60.0, eager: bool = False, keep_cut_orphans: bool = False):
         self.settle_s = settle_s
+        # keep_cut_orphans (offline diagnosis of a paste): frames pasted without their `Traceback`
+        # header and cut before the exception line are still a crash (a cut traceback whose frames
+        # say where it died), when there are at least MIN_ORPHAN_FRAMES of them. The daemon drops
+        # them: a live service's headerless frames without an error are no crash of its own.
+        self.keep_cut_orphans = keep_cut_orphans
         # eager: hand out a group as soon as every traceback in it has its exception line, without
         # waiting settle_s for other ranks; ranks that finish later arrive in a later group.
         self.eager = eager
@@ -267,6 +273,8 @@ class Assembler:
             if frame:
                 builder.add_frame(frame)
                 builder.after_frame = True
+            elif state == FRAMES and stripped.endswith(grammar.TRACEBACK_HEADER):
+                return FINISH  # a new traceback after one cut before its exception line: its own crash
             elif not stripped or stripped == grammar.TRACEBACK_HEADER:
                 builder.state = FRAMES if state == FRAMES else HEADER
             elif grammar.ELISION.match(stripped):
@@ -343,6 +351,15 @@ class Assembler:
             state.milestone = stripped[:300]  # a paste without the log prefix
             self._comm.clear()
             return
+        if "Kill" in stripped or "oom-kill" in stripped:
+            killed = grammar.KILL_LINE.match(stripped)
+            if killed:  # SIGKILL (the OOM killer): no output of its own, only these lines say so
+                self._crash(Crash(kind="child-death", exception=None, message=grammar.kill_message(stripped),
+                                  rank=state.torch_rank, exit_code=grammar.KILL_EXIT_CODE, prefix="killed",
+                                  source=chunk.source,
+                                  first_line=number, last_line=number, detected_at=now, excerpt=(body,),
+                                  context=self._comm.before(chunk.source, number, now) + _phase(state)), now)
+                return
         fatal = grammar.fatal_line(stripped)
         argparse_error = grammar.ARGPARSE_ERROR.match(stripped) if ": error: " in stripped else None
         native = state.terminate is not None and grammar.WHAT.match(body)
@@ -414,7 +431,8 @@ class Assembler:
     def _finish(self, state: _SourceState, builder: Builder, now: float) -> None:
         # The crash happened when its last line came, not when we noticed it went quiet.
         state.open.remove(builder)
-        if builder.complete or not builder.orphan:
+        kept_cut = self.keep_cut_orphans and builder.frame_count >= MIN_ORPHAN_FRAMES
+        if builder.complete or not builder.orphan or kept_cut:
             self._crash(builder.to_crash(builder.last_activity), builder.last_activity)
 
     def _finish_pyspy(self, state: _SourceState, now: float) -> None:
@@ -575,9 +593,11 @@ def unreverse(lines: list[str]) -> list[str]:
     return result
 
 
-def assemble_lines(lines, source: str = "<lines>", batch: int = 4096) -> list[tuple[Crash, ...]]:
-    """Offline: every crash group in `lines` (strings, trailing newlines allowed)."""
-    assembler = Assembler()
+def assemble_lines(lines, source: str = "<lines>", batch: int = 4096,
+                   keep_cut_orphans: bool = False) -> list[tuple[Crash, ...]]:
+    """Offline: every crash group in `lines` (strings, trailing newlines allowed), as the daemon
+    would assemble them; `keep_cut_orphans` for a pasted report (`Assembler`)."""
+    assembler = Assembler(keep_cut_orphans=keep_cut_orphans)
     buffer: list[str] = []
     number = 1
     for line in lines:

@@ -86,6 +86,10 @@ class Builder:
         self.state = CHAIN
 
     @property
+    def frame_count(self) -> int:
+        return sum(len(segment.frames) for segment in self.segments)
+
+    @property
     def complete(self) -> bool:
         return self.kind != "traceback" or self.segments[-1].exception is not None
 

@@ -37,6 +37,27 @@ CHILD_DEATHS = (
     re.compile(r"Subprocess (?P<name>\S+) \(pid=(?P<pid>\d+)\) crashed with exit code (?P<code>-?\d+)"),
     re.compile(r"Rank (?P<name>\d+) scheduler died during initialization \(exit code: (?P<code>-?\d+)\)"),
 )
+# A process the kernel killed (SIGKILL, usually the OOM killer) prints nothing itself: the shell's
+# `Killed`, the kernel's `Out of memory: Killed process 4242 (python3) …` / `oom-kill:constraint=…`
+# (dmesg, `journalctl -k`, pasted under the log) are the evidence. A child death of exit code -9.
+KILL_LINE = re.compile(r"(?:Killed|(?:[\w./-]+: line \d+: +)?\d+ Killed(?: +\S.*)?|(?:\[[\d. ]+\] )?(?:.*\boom-kill:constraint=.*|"
+                       r"(?:.*\b)?(?:[Oo]ut of memory|oom_reaper|Memory cgroup out of memory): Killed process \d+.*))$")
+KILL_NEEDLES = ("Killed", "oom-kill:constraint=")
+SHELL_KILLED = re.compile(r"(?P<pid>\d+) Killed +(?P<command>\S.*)$")  # bash's line for a killed job
+KILLED_PROCESS = re.compile(r"Killed process (?P<pid>\d+) \((?P<name>[^)]{0,40})\)")
+
+
+def kill_message(line: str) -> str:
+    """A kill line's crash message: what was killed, in words of its own (the kernel's `Out of
+    memory` is host memory, never the GPU's; the raw line stays in the crash's excerpt)."""
+    named = KILLED_PROCESS.search(line)
+    where = f": process {named.group('pid')} ({named.group('name')})" if named else ""
+    if "Killed process" in line or "oom-kill" in line:
+        return f"killed with SIGKILL by the kernel's OOM killer{where}"
+    job = SHELL_KILLED.search(line)
+    where = f": process {job.group('pid')} ({job.group('command')[:80]})" if job else ""
+    return f"killed with SIGKILL (the shell says Killed){where}"
+KILL_EXIT_CODE = -9
 # The launcher's two wordings (`Received sigquit from a child process. It usually means …`, `SIGQUIT
 # received. …`); never the word alone (`custom_sigquit_handler=None` in every server_args line).
 SIGQUIT = re.compile(r"received sigquit|sigquit received", re.IGNORECASE)
@@ -124,6 +145,7 @@ TAGGED_NEEDLES = (
     # glibc's 'double free'), where every fatal needle is looked for.
     *(needle for needle in FATAL_NEEDLES if needle not in ("double free or corruption", "fallen off the bus")),
     *MILESTONE_NEEDLES,
+    "Killed process", "oom-kill:constraint=",  # the kernel's OOM killer in a dmesg `[12345.6] ` line
     ANNOUNCED_NEEDLE,  # `Scheduler hit an exception: DistBackendError: …` with its error inline
     "\x1b[",  # a coloured line: stripped before anything else looks at it
 )

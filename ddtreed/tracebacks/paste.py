@@ -59,6 +59,7 @@ def unquote(lines: list[str]) -> list[str]:
     most lines carry one (a reply that quotes the error), with HTML's character references (`&quot;`)
     read. A log without either is returned as it was; its first lines tell (a 100,000-line log costs
     no pass of its own)."""
+    lines = unwrap(lines)
     head = "\n".join(lines[:UNQUOTE_HEAD])
     escaped = "&quot;" in head or "&#39;" in head or "&lt;" in head or "&gt;" in head
     if not escaped and not (head.startswith(">") or "\n>" in head):
@@ -69,6 +70,57 @@ def unquote(lines: list[str]) -> list[str]:
     if quoted and quoted * 2 >= sum(1 for line in lines if line.strip()):
         lines = [line[_QUOTE.match(line).end():].rstrip() if line.startswith(">") else line for line in lines]
     return lines
+
+
+UNWRAP_HEAD = 2000  # lines whose lengths tell whether a text was hard-wrapped
+MIN_WRAP_WIDTH = 60
+MIN_WRAPPED = 2
+# A line that starts something of its own (a log prefix, an indented frame or source line, a
+# traceback header, a container's prefix) is never the continuation of a broken line.
+_LINE_START = re.compile(r'\s|\[\d{4}-|\[rank\d|\(\w+ pid=|Traceback \(|File "|\d{4}-\d\d-\d\d[ T]|[\w.-]{1,40} {0,8}\| ')
+
+
+def _continues(line: str, after: str) -> bool:
+    """`after` carries on `line`, broken at the wrap column: it starts nothing of its own (nor the
+    way `line` starts: the next of a run of like lines), and the break is not in a terminal's
+    padding."""
+    return (bool(after) and not line.endswith("  ") and after[:8] != line[:8]
+            and _LINE_START.match(after) is None)
+
+
+def wrap_width(lines: list[str]) -> int | None:
+    """The column a terminal or an editor broke this text's long lines at, or None when it was not
+    hard-wrapped. Wrapping leaves no line longer than the width and several exactly as long (each
+    broken line but its last piece) whose next line starts nothing of its own, while the lines a
+    little shorter are only the pieces that happen to end there. A text that was not wrapped has
+    one longest line, or a few repeats of one log line, each followed by the next log line."""
+    head = lines[:UNWRAP_HEAD]
+    width = max((len(line) for line in head), default=0)
+    if width < MIN_WRAP_WIDTH:
+        return None
+    broken = {line for line, after in zip(head, head[1:]) if len(line) == width and _continues(line, after)}
+    if len(broken) < MIN_WRAPPED:
+        return None
+    near = sum(1 for line in head if width - 20 < len(line) < width)
+    return width if len(broken) >= near else None
+
+
+def unwrap(lines: list[str]) -> list[str]:
+    """A hard-wrapped paste (a long exception message, frame or log line broken at a fixed column,
+    its continuation not indented) with each broken line joined back; other text as it was."""
+    width = wrap_width(lines)
+    if width is None:
+        return lines
+    joined: list[str] = []
+    pending = ""
+    for index, line in enumerate(lines):
+        pending += line
+        if not (len(line) == width and index + 1 < len(lines) and _continues(line, lines[index + 1])):
+            joined.append(pending)
+            pending = ""
+    if pending:
+        joined.append(pending)
+    return joined
 
 
 def looks_like_log(lines: list[str]) -> bool:
@@ -109,6 +161,14 @@ def announced_crashes(lines: list[str], source: str = "<log>") -> tuple[Crash, .
         if len(found) >= MAX_CANDIDATES:
             break
     return tuple(found)
+
+
+def _as_said(line: str) -> str:
+    if "Kill" in line or "oom-kill" in line:
+        stripped = _uncontained(line).strip()
+        if grammar.KILL_LINE.match(stripped):
+            return grammar.kill_message(stripped)
+    return line
 
 
 def paste_crashes(lines: list[str], source: str = "<paste>", force: bool = False) -> tuple[Crash, ...]:
@@ -152,7 +212,9 @@ def paste_crashes(lines: list[str], source: str = "<paste>", force: bool = False
                                     frames=frames, first_line=number, last_line=number, excerpt=(raw,)))
         if len(candidates) >= MAX_CANDIDATES:
             break
-    text = "\n".join(grammar.strip_ansi(line) for line in lines)[:MAX_TEXT]
+    # The kernel's `Out of memory: Killed process …` is host memory: in the text's own words it
+    # would read as a GPU OOM, so a kill line speaks as what it is (`grammar.kill_message`).
+    text = "\n".join(_as_said(grammar.strip_ansi(line)) for line in lines)[:MAX_TEXT]
     # The text as a whole, last: a report that only describes the failure in words.
     candidates.append(Crash(kind="error-line", exception=None, message=text, prefix="report text",
                             source=source, first_line=1, last_line=len(lines),

@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover - google-re2 is a declared dependency
 # `…Exception: ` line holds too).
 IDLE_NEEDLES = ("[rank", 'File "', grammar.DEVICE_ASSERT, grammar.TRACEBACK_HEADER, *grammar.FATAL_NEEDLES,
                 ": error: ", "terminate called after throwing", *grammar.CONTEXT_WORDS,
-                *grammar.MILESTONE_NEEDLES, *grammar.COMM_NEEDLES)
+                *grammar.MILESTONE_NEEDLES, *grammar.COMM_NEEDLES, *grammar.KILL_NEEDLES)
 
 
 def _alternation(needles) -> bytes:
