@@ -48,7 +48,10 @@ KIND_SETS = (
 )
 ALPHAS = (0.1, 0.3, 1.0)
 MIN_DOCS = (1, 2)
-THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+# Not below 0.7: under it the scorer outvotes hand-written phrasings in tests/ that state what a
+# rule must say of them (tests/test_diagnose_phrasings.py, test_rules_cases.py: three of them at
+# 0.50-0.63), evidence from outside this corpus that lower thresholds over-fit its folds.
+THRESHOLDS = (0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.99)
 
 
 def development_entries(corpus: Path = CORPUS) -> list[dict]:
@@ -162,17 +165,21 @@ def _right(row: dict, predicted: str) -> bool:
 
 def cross_validate(rows: list[dict]) -> dict:
     """Held-out-fold accuracy of rules+scorer for every setting; the rules alone for comparison."""
-    from ddtreed.rules.scorer import Scorer
+    from ddtreed.rules.scorer import Scorer, Verdict
 
     assigned = folds(rows)
     rules_right = sum(_right(row, row["rules"]) for row in rows)
     results = []
     for kinds, alpha, min_docs in product(KIND_SETS, ALPHAS, MIN_DOCS):
         verdicts: dict[int, tuple[str, float]] = {}
+        scorers = {}
         for fold in range(FOLDS):
             model = fit([row for row, f in zip(rows, assigned) if f != fold], kinds, alpha, min_docs, 0.5)
-            scorer = Scorer(model, "<cv>")
+            scorer = scorers[fold] = Scorer(model, "<cv>")
             for index, (row, f) in enumerate(zip(rows, assigned)):
+                kind = next((f for f in row["features"].get("kind", ()) if f.startswith("kind:")), None)
+                if scorer.crash_kinds and kind is not None and kind[len("kind:"):] not in scorer.crash_kinds:
+                    continue
                 if f == fold and row["open"]:
                     verdict = scorer.score(_features(row, kinds))
                     verdicts[index] = (verdict.category, verdict.confidence)
@@ -180,8 +187,12 @@ def cross_validate(rows: list[dict]) -> dict:
             right = changed = fixed = broken = 0
             for index, row in enumerate(rows):
                 predicted = row["rules"]
-                if index in verdicts and verdicts[index][1] >= threshold:
-                    predicted = verdicts[index][0]
+                if index in verdicts:
+                    category, confidence = verdicts[index]
+                    verdict = Verdict(category, confidence, (), None, threshold)
+                    if scorers[assigned[index]].replaces(None if row["rules"] == "unknown" else row["rules"],
+                                                         verdict):
+                        predicted = category
                 ok, before = _right(row, predicted), _right(row, row["rules"])
                 right += ok
                 changed += predicted != row["rules"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Iterable
 
@@ -82,10 +83,17 @@ def load_rules(dirs: Iterable[str | os.PathLike[str]],
 
     With `remediation_ids`, a rule naming a remediation outside that catalog is an error too.
     `scorer`: the evidence scorer consulted where the rules leave a crash open (True: the shipped
-    model, `scorer.ScorerError` naming its file when it is unusable; False: rules alone).
+    model when the shipped rules are among `dirs`, since it was validated against what they leave
+    open; `scorer.ScorerError` naming its file when it is unusable; False: rules alone).
     """
     dirs = list(dirs)
-    chosen = load_scorer() if scorer is True else (scorer or None)
+    if scorer is True:
+        from ..paths import shipped
+
+        home = Path(shipped("rules")).resolve()
+        chosen = load_scorer() if any(Path(d).resolve() == home for d in dirs) else None
+    else:
+        chosen = scorer or None
     return RuleSet(parse_files(rule_files(dirs), remediation_ids, dirs), scorer=chosen)
 
 
@@ -157,7 +165,7 @@ class RuleSet:
         if self.scorer is not None and (rule is None or rule.priority <= LAST_RESORT_PRIORITY):
             # The rules left it open: the evidence scorer may name a category, as advice.
             verdict = self.scorer.verdict(crash, view.evidence)
-            if verdict.decides and verdict.category != match.category:
+            if verdict is not None and self.scorer.replaces(rule.category if rule else None, verdict):
                 if rule is not None:
                     outvoted = (Outvoted(rule.id, rule.category, rule.priority,
                                          f"last-resort rule (priority {rule.priority}): the evidence scorer "

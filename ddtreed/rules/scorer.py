@@ -93,7 +93,7 @@ def features(crash: Crash, evidence: CrashEvidence | None, kinds: Iterable[str] 
     if "kind" in kinds:
         found.add(f"kind:{crash.kind}")
         if crash.wrapper:
-            found.add("kind:wrapped")
+            found.add("wrapper:yes")
     if "message" in kinds:
         for one in chain:
             for text in (one.message, one.inner_message or "", one.wrapper or ""):
@@ -197,6 +197,15 @@ class Scorer:
             self.log_default[c] = math.log(self.alpha / mass)
             self.log_p[c] = {f: math.log((n + self.alpha) / mass) for f, n in counts[c].items()}
         self.vocabulary = frozenset(vocabulary)
+        # The kinds of crash it was trained on (a canary's or a health probe's failure is none).
+        self.crash_kinds = frozenset(f[len("kind:"):] for f in vocabulary if f.startswith("kind:"))
+
+    def replaces(self, rule_category: str | None, verdict: Verdict) -> bool:
+        """Whether `verdict` takes the place of what the rules said: no rule (`None`) or a
+        last-resort rule's `rule_category`. It never turns a rule's reading into `other`."""
+        if not verdict.decides or verdict.category == (rule_category or "unknown"):
+            return False
+        return rule_category is None or verdict.category != "other"
 
     def score(self, found: Iterable[str]) -> Verdict:
         known = sorted(set(found) & self.vocabulary)
@@ -220,7 +229,10 @@ class Scorer:
         return Verdict(category=best, confidence=round(1.0 / norm, 4), top_features=tuple(weights[:6]),
                        runner_up=runner, threshold=self.threshold)
 
-    def verdict(self, crash: Crash, evidence: CrashEvidence | None) -> Verdict:
+    def verdict(self, crash: Crash, evidence: CrashEvidence | None) -> Verdict | None:
+        """The reading of one crash; None for a kind of crash the model never saw."""
+        if self.crash_kinds and crash.kind not in self.crash_kinds:
+            return None
         return self.score(features(crash, evidence, self.kinds))
 
 
