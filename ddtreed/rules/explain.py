@@ -38,6 +38,8 @@ def incident_dict(diagnosis: Diagnosis) -> dict[str, Any]:
                      for o in diagnosis.outvoted],
         "last_error_line": last_error_line(crash),
         "notes": list(diagnosis.notes),
+        "decided_by": diagnosis.decided_by,
+        "scorer": diagnosis.scored.as_dict() if diagnosis.scored is not None else None,
     }
 
 
@@ -58,9 +60,13 @@ def incident_text(number: int, diagnosis: Diagnosis, explain: bool = False) -> l
     match, crash = diagnosis.match, diagnosis.crash
     where = f"lines {crash.first_line}-{crash.last_line}" if crash.first_line else "no line numbers"
     ranks = ", ".join(diagnosis.ranks) or "untagged"
+    if diagnosis.scorer_decided:
+        heading = f"incident {number}: {match.category} (evidence scorer, advisory)"
+    else:
+        heading = f"incident {number}: {match.category}" + (
+            f" (rule {match.rule_id}{', precise' if match.precise else ''})" if match.rule_id else "")
     lines = [
-        f"incident {number}: {match.category}" + (f" (rule {match.rule_id}"
-                                                  f"{', precise' if match.precise else ''})" if match.rule_id else ""),
+        heading,
         f"  crash:      {crash.exception or crash.kind}: {first_line(crash.message)[:200]}",
         f"  ranks:      {ranks} ({len(diagnosis.crashes)} crash(es), {where})",
         f"  diagnosis:  {match.diagnosis}",
@@ -95,7 +101,17 @@ def evidence_text(diagnosis: Diagnosis) -> list[str]:
     if not items:
         lines.append("    (none beyond the rule's own match)")
     rule = diagnosis.match.rule_id or "no rule"
-    lines.append(f"  decided:    {diagnosis.match.category} by {rule}, confidence {diagnosis.confidence:.2f}")
+    scored = diagnosis.scored
+    if diagnosis.scorer_decided and scored is not None:
+        lines.append(f"  decided:    {diagnosis.match.category} by the evidence scorer (advisory: no automatic "
+                     f"remediation), confidence {scored.confidence:.2f} >= threshold {scored.threshold:.2f}")
+        lines.append(f"  scorer:     top features: {scored.evidence_line() or '(none)'}; runner-up {scored.runner_up}")
+    else:
+        lines.append(f"  decided:    {diagnosis.match.category} by {rule}, confidence {diagnosis.confidence:.2f}")
+        if scored is not None:
+            why = ("agrees with the rules" if scored.category == diagnosis.match.category
+                   else f"below its threshold {scored.threshold:.2f}: not used")
+            lines.append(f"  scorer:     {scored.category} at {scored.confidence:.2f}, {why}")
     for rival in diagnosis.outvoted:
         lines.append(f"  outvoted:   {rival.category} by {rival.rule_id} ({rival.reason})")
     return lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Iterable
 
@@ -12,6 +13,7 @@ from .evidence import CrashEvidence
 from .loader import parse_files, rule_files
 from .model import CrashView, Rule, RuleIndex
 from .prefilter import MessagePrefilter
+from .scorer import Scorer, Verdict, load_scorer
 
 UNKNOWN_CATEGORY = "unknown"
 # Rules at or below this priority only name the shape of a failure (a plain Python error in
@@ -43,6 +45,12 @@ class Diagnosis:
     confidence: float = 0.0
     outvoted: tuple[Outvoted, ...] = ()
     notes: tuple[str, ...] = ()
+    scored: Verdict | None = None  # the evidence scorer's reading, when the rules left it open
+    decided_by: str = "rules"  # or "evidence-scorer": advice only, no remediation comes with it
+
+    @property
+    def scorer_decided(self) -> bool:
+        return self.decided_by == "evidence-scorer"
 
     @property
     def explanations(self) -> list[Explanation]:
@@ -70,13 +78,23 @@ class Diagnosis:
 
 
 def load_rules(dirs: Iterable[str | os.PathLike[str]],
-               remediation_ids: Collection[str] | None = None) -> "RuleSet":
+               remediation_ids: Collection[str] | None = None, scorer: Scorer | bool = True) -> "RuleSet":
     """Every `*.toml` rule file in `dirs`; RuleError ("file:line: field: problem") when invalid.
 
     With `remediation_ids`, a rule naming a remediation outside that catalog is an error too.
+    `scorer`: the evidence scorer consulted where the rules leave a crash open (True: the shipped
+    model when the shipped rules are among `dirs`, since it was validated against what they leave
+    open; `scorer.ScorerError` naming its file when it is unusable; False: rules alone).
     """
     dirs = list(dirs)
-    return RuleSet(parse_files(rule_files(dirs), remediation_ids, dirs))
+    if scorer is True:
+        from ..paths import shipped
+
+        home = Path(shipped("rules")).resolve()
+        chosen = load_scorer() if any(Path(d).resolve() == home for d in dirs) else None
+    else:
+        chosen = scorer or None
+    return RuleSet(parse_files(rule_files(dirs), remediation_ids, dirs), scorer=chosen)
 
 
 def informativeness(crash: Crash) -> tuple[int, int, int]:
@@ -90,8 +108,9 @@ def informativeness(crash: Crash) -> tuple[int, int, int]:
 class RuleSet:
     """Rules indexed by exception type; `diagnose` picks the best match across a crash group."""
 
-    def __init__(self, rules: Iterable[Rule], prefilter: bool = True):
+    def __init__(self, rules: Iterable[Rule], prefilter: bool = True, scorer: Scorer | None = None):
         self.rules: tuple[Rule, ...] = tuple(rules)
+        self.scorer = scorer  # consulted only where no rule, or only a last-resort one, decided
         self.use_prefilter = prefilter  # False: every candidate is evaluated (the equivalence tests)
         # Built with the rules (~60 ms), not on the first crash: that one is the detection timed.
         self._prefilter = MessagePrefilter(self.rules) if prefilter else None
@@ -141,10 +160,22 @@ class RuleSet:
             match = _unknown(signature)
         outvoted = tuple(_outvoted(rule, other_rule, other) for other, other_rule in ranked[1:]
                          if other_rule.category != match.category)
+        confidence = _confidence(rule, match, view, ranked)
+        verdict, decided_by = None, "rules"
+        if self.scorer is not None and (rule is None or rule.priority <= LAST_RESORT_PRIORITY):
+            # The rules left it open: the evidence scorer may name a category, as advice.
+            verdict = self.scorer.verdict(crash, view.evidence)
+            if verdict is not None and self.scorer.replaces(rule.category if rule else None, verdict):
+                if rule is not None:
+                    outvoted = (Outvoted(rule.id, rule.category, rule.priority,
+                                         f"last-resort rule (priority {rule.priority}): the evidence scorer "
+                                         f"reads {verdict.category}"),) + outvoted
+                match, confidence, decided_by = verdict.match(match), verdict.confidence, "evidence-scorer"
         return Diagnosis(match=match, signature=signature, crash=crash, crashes=tuple(crashes),
                          explain_with=lambda: self.explain(crash, signature, context),
-                         evidence=view.evidence, confidence=_confidence(rule, match, view, ranked),
-                         outvoted=_unique(outvoted), notes=notes)
+                         evidence=view.evidence, confidence=confidence,
+                         outvoted=_unique(outvoted), notes=notes, scored=verdict,
+                         decided_by=decided_by)
 
     def _best_for(self, crash: Crash, signature: Signature, context: ServiceContext | None,
                   budget_s: float = BUDGET_S):
