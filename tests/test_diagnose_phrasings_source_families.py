@@ -109,6 +109,16 @@ PHRASINGS = [
     ("model-load-error", tb(LOAD + ["sglang/srt/models/llama.py:load_weights", "sglang/srt/model_loader/weight_utils.py:safetensors_weights_iterator"], "safetensors_rust.SafetensorError: File does not contain tensor model.layers.31.mlp.down_proj.weight_scale")),
     ("model-load-error", tb(LOAD + ["sglang/srt/model_loader/weight_utils.py:safetensors_weights_iterator"], "safetensors_rust.SafetensorError: Error while deserializing header: invalid dtype F4")),
     ("model-load-error", announced("safetensors_rust.SafetensorError: device cuda:9 is invalid")),
+    # hip-kernel-fault-names: HIP's error names through torch, CUDA's assert names
+    ("illegal-memory-access", tb(FWD + ["sglang/srt/layers/moe/fused_moe_triton/fused_moe.py:fused_experts"], "RuntimeError: HIP error: hipErrorLaunchFailure\nHIP kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing AMD_SERIALIZE_KERNEL=3")),
+    ("illegal-memory-access", announced("RuntimeError: HIP error: hipErrorAssert")),
+    ("illegal-memory-access", "CUresult.CUDA_ERROR_ASSERT while synchronizing the stream"),
+    # gpu-library-kernel-execution-failed: cuBLAS and cuDNN, eager (not in capture)
+    ("illegal-memory-access", tb(FWD + ["sglang/srt/layers/linear.py:forward", "torch/nn/functional.py:linear"], "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasLtMatmul( ltHandle, computeDesc.descriptor(), &alpha_val, mat1_ptr, Adesc.descriptor(), mat2_ptr, Bdesc.descriptor(), &beta_val, result_ptr, Cdesc.descriptor(), result_ptr, Cdesc.descriptor(), &heuristicResult.algo, workspace.mutable_data_ptr(), workspaceSize, at::cuda::getCurrentCUDAStream())`")),
+    ("illegal-memory-access", "RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED"),
+    # weight-shape-does-not-fit-parameter: SGLang's loaders and torch's load_state_dict, pasted without the loader's frames
+    ("model-load-error", "AssertionError: Attempted to load weight (torch.Size([2048, 7168])) into parameter (torch.Size([1024, 7168]))"),
+    ("model-load-error", announced("AssertionError:  Attempted to load weight (torch.Size([151936, 4096])) into parameter (torch.Size([152064, 4096]))")),
 ]
 
 NEAR_MISSES = [
@@ -127,6 +137,12 @@ NEAR_MISSES = [
     ("model-load-error", "ValueError: The checkpoint you are trying to load has model type `glm5` but Transformers does not recognize this architecture. This could be because of an issue with the checkpoint, or because your version of Transformers is out of date."),
     # an OOM while safetensors copies a tensor to the GPU is memory
     ("cuda-oom", tb(LOAD + ["sglang/srt/model_loader/weight_utils.py:safetensors_weights_iterator", "safetensors/torch.py:load_file"], "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB. GPU 0 has a total capacity of 23.55 GiB of which 301.12 MiB is free.")),
+    # cuBLAS refusing its call inside a CUDA-graph capture stays the capture's failure
+    ("cuda-graph-capture-failed", tb(SCHED + ["sglang/srt/model_executor/model_runner.py:init_device_graphs", "sglang/srt/model_executor/cuda_graph_runner.py:__init__", "sglang/srt/model_executor/cuda_graph_runner.py:capture", "sglang/srt/model_executor/cuda_graph_runner.py:capture_one_batch_size", "torch/nn/functional.py:linear"], "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &fbeta, c, CUDA_R_16BF, ldc, CUDA_R_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`")),
+    # torch's own load_state_dict wording keeps the older rule (same category)
+    ("model-load-error", "RuntimeError: Error(s) in loading state_dict for EagleDraftHead:\n\tsize mismatch for fc.weight: copying a param with shape torch.Size([4096, 12288]) from checkpoint, the shape in current model is torch.Size([4096, 8192])."),
+    # HIP out of memory is memory, whatever HIP calls it
+    ("cuda-oom", "RuntimeError: HIP error: hipErrorOutOfMemory"),
     # a plain Python error mentioning a ninja-built module is not a build failure
     ("other", tb(FWD + ["sglang/srt/layers/attention/flashinfer_backend.py:forward_decode"], "TypeError: forward_decode() missing 1 required positional argument: 'save_kv_cache'")),
 ]
