@@ -118,6 +118,10 @@ PHRASINGS = [
     ("illegal-memory-access", "RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED"),
     # weight-shape-does-not-fit-parameter: SGLang's loaders and torch's load_state_dict, pasted without the loader's frames
     ("model-load-error", "AssertionError: Attempted to load weight (torch.Size([2048, 7168])) into parameter (torch.Size([1024, 7168]))"),
+    # check-names-a-launch-flag: a refusal naming the flag to change, raised in a backend or pasted alone
+    ("unsupported-config", tb(SCHED + ["sglang/srt/speculative/eagle_worker.py:__init__"], "AssertionError: Please provide --speculative-draft-model-path for EAGLE3")),
+    ("unsupported-config", announced("ValueError: --tp-size (3) must divide the number of KV heads (8)")),
+    ("unsupported-config", "NotImplementedError: Overlap scheduling with pipeline parallelism needs --disable-overlap-schedule"),
     ("model-load-error", announced("AssertionError:  Attempted to load weight (torch.Size([151936, 4096])) into parameter (torch.Size([152064, 4096]))")),
 ]
 
@@ -141,6 +145,10 @@ NEAR_MISSES = [
     ("cuda-graph-capture-failed", tb(SCHED + ["sglang/srt/model_executor/model_runner.py:init_device_graphs", "sglang/srt/model_executor/cuda_graph_runner.py:__init__", "sglang/srt/model_executor/cuda_graph_runner.py:capture", "sglang/srt/model_executor/cuda_graph_runner.py:capture_one_batch_size", "torch/nn/functional.py:linear"], "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &fbeta, c, CUDA_R_16BF, ldc, CUDA_R_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`")),
     # torch's own load_state_dict wording keeps the older rule (same category)
     ("model-load-error", "RuntimeError: Error(s) in loading state_dict for EagleDraftHead:\n\tsize mismatch for fc.weight: copying a param with shape torch.Size([4096, 12288]) from checkpoint, the shape in current model is torch.Size([4096, 8192])."),
+    # another failure's advice naming a flag stays that failure's
+    ("kv-pool-too-small", "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.6. Raise --mem-fraction-static above 0.712."),
+    ("missing-dependency", "ValueError: --enable-http2 requires the 'granian' package. Install it with: pip install \"sglang[http2]\""),
+    ("port-in-use", "ValueError: --port 30000 is taken: [Errno 98] Address already in use"),
     # HIP out of memory is memory, whatever HIP calls it
     ("cuda-oom", "RuntimeError: HIP error: hipErrorOutOfMemory"),
     # a plain Python error mentioning a ninja-built module is not a build failure
