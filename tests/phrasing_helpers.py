@@ -37,3 +37,37 @@ def rules_reached_fewer_than_twice(rules, without, phrasings) -> set[str]:
         reached[rule_id] = reached.get(rule_id, 0) + 1
     new_rules = {rule.id for rule in rules.rules} - {rule.id for rule in without.rules}
     return {rule_id for rule_id in new_rules if reached.get(rule_id, 0) < 2}
+
+
+def with_and_without(new_file: str):
+    """The shipped rules, and the shipped rules without the file `new_file` (what a new rule file
+    is measured against)."""
+    from ddtreed.paths import shipped
+    from ddtreed.rules import load_rules
+
+    rule_dir = shipped("rules")
+    return (load_rules([rule_dir]),
+            load_rules(sorted(path for path in rule_dir.glob("*.toml") if path.name != new_file)))
+
+
+def new_rule_file_tests(rules, without, phrasings, near_misses) -> dict:
+    """The three checks every new rule file gets, as test functions for the module's namespace:
+    each phrasing gets its category; each near miss keeps its category with and without the new
+    file; each new rule is reached first by at least two phrasings."""
+    import pytest
+
+    @pytest.mark.parametrize("expected,text", phrasings, ids=[f"{c}-{n}" for n, (c, _) in enumerate(phrasings)])
+    def test_phrasing_gets_its_category(expected, text):
+        got, diagnosis = first_category(rules, text)
+        assert got == expected, diagnosis
+
+    @pytest.mark.parametrize("expected,text", near_misses, ids=[f"{c}-{n}" for n, (c, _) in enumerate(near_misses)])
+    def test_near_miss_keeps_its_category(expected, text):
+        assert first_category(rules, text)[0] == expected
+        assert first_category(without, text)[0] == expected
+
+    def test_each_new_rule_is_reached_by_two_phrasings():
+        assert rules_reached_fewer_than_twice(rules, without, phrasings) == set()
+
+    return {test.__name__: test for test in (test_phrasing_gets_its_category, test_near_miss_keeps_its_category,
+                                             test_each_new_rule_is_reached_by_two_phrasings)}

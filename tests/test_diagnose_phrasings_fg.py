@@ -5,18 +5,10 @@ every text is diagnosed through `ddtreed diagnose`'s own path and must get its c
 misses (a close wording that belongs elsewhere) must get the same category with and without the
 new file: the new rules only reach what they are for."""
 
-from pathlib import Path
+from phrasing_helpers import new_rule_file_tests, traceback_text, with_and_without
 
-import pytest
-
-from ddtreed.paths import shipped
-from ddtreed.rules import load_rules
-from phrasing_helpers import first_category as category, rules_reached_fewer_than_twice, traceback_text
-
-RULE_DIR = Path(shipped("rules"))
 NEW_FILE = "reports-fg.toml"
-RULES = load_rules([RULE_DIR])
-WITHOUT = load_rules(sorted(path for path in RULE_DIR.glob("*.toml") if path.name != NEW_FILE))
+RULES, WITHOUT = with_and_without(NEW_FILE)
 
 
 def tb(frames, last, before=""):
@@ -59,18 +51,5 @@ NEAR_MISSES = [
 ]
 
 
-@pytest.mark.parametrize("expected,text", PHRASINGS, ids=[f"{c}-{n}" for n, (c, _) in enumerate(PHRASINGS)])
-def test_phrasing_gets_its_category(expected, text):
-    got, diagnosis = category(RULES, text)
-    assert got == expected, diagnosis
-
-
-@pytest.mark.parametrize("expected,text", NEAR_MISSES, ids=[f"{c}-{n}" for n, (c, _) in enumerate(NEAR_MISSES)])
-def test_near_miss_keeps_its_category(expected, text):
-    assert category(RULES, text)[0] == expected
-    assert category(WITHOUT, text)[0] == expected
-
-
-def test_each_new_rule_is_reached_by_two_phrasings():
-    assert rules_reached_fewer_than_twice(RULES, WITHOUT, PHRASINGS) == set()
+globals().update(new_rule_file_tests(RULES, WITHOUT, PHRASINGS, NEAR_MISSES))
 
