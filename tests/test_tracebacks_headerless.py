@@ -3,7 +3,6 @@ exception line too: `ddtreed diagnose` still assembles them as a (cut) traceback
 place the crash. The daemon's streaming assembler still ignores headerless frames that end in no
 error. Real dev reports of the corpus, diagnosed the way `ddtreed diagnose` does."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,21 +11,13 @@ from ddtreed.cli.diagnose_cmd import diagnose_lines
 from ddtreed.paths import shipped
 from ddtreed.records import LogChunk
 from ddtreed.rules import load_rules
+from dev_reports import dev_entry, right_as_pasted_and_perturbed
 from ddtreed.tracebacks import Assembler, assemble_lines
 
 RULES = load_rules([shipped("rules")])
 CORPUS = Path(__file__).resolve().parent / "corpus"
 HEADER = "Traceback (most recent call last):"
 
-
-def dev_entry(entry_id: str) -> dict:
-    split = json.loads((CORPUS / "split.json").read_text())
-    assert split.get(entry_id, "dev") == "dev"  # only the development part is ever read here
-    for path in sorted(CORPUS.glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip() and json.loads(line)["id"] == entry_id:
-                return json.loads(line)
-    raise AssertionError(entry_id)
 
 
 def diagnose(text: str):
@@ -58,11 +49,7 @@ HEADERLESS_DEV = ["dsv41-flash-engram-sps-capture-equal-block",
 
 @pytest.mark.parametrize("entry_id", HEADERLESS_DEV)
 def test_a_real_report_without_its_traceback_header_gets_the_same_category(entry_id):
-    entry = dev_entry(entry_id)
-    text = entry.get("text") or entry.get("log")
-    labels = {entry["category"], entry.get("alt_category")}
-    assert diagnose(text)[0].match.category in labels
-    assert diagnose(without_header(text))[0].match.category in labels
+    right_as_pasted_and_perturbed(entry_id, without_header, diagnose)
 
 
 FRAMES = ('  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2900, in event_loop\n'

@@ -3,7 +3,6 @@ frame or exception message broken across lines, the continuation not indented), 
 cut before its exception line with another traceback pasted after it. Diagnosed the way
 `ddtreed diagnose` does, on real dev reports of the corpus and real SGLang logs."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from ddtreed.cli.diagnose_cmd import diagnose_lines
 from ddtreed.paths import shipped
 from ddtreed.rules import load_rules
+from dev_reports import dev_entry, right_as_pasted_and_perturbed
 from ddtreed.tracebacks import assemble_lines
 from ddtreed.tracebacks.paste import unwrap, wrap_width
 
@@ -34,15 +34,6 @@ def wrap(text: str, width: int) -> str:
 def diagnose(text: str):
     return diagnose_lines(text.split("\n"), "<paste>", RULES, None)
 
-
-def dev_entry(entry_id: str) -> dict:
-    split = json.loads((CORPUS / "split.json").read_text())
-    assert split.get(entry_id, "dev") == "dev"  # only the development part is ever read here
-    for path in sorted(CORPUS.glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip() and json.loads(line)["id"] == entry_id:
-                return json.loads(line)
-    raise AssertionError(entry_id)
 
 
 FOUNDING = f"""[2026-07-28 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):
@@ -79,11 +70,7 @@ WRAPPED_DEV = ["gptoss-flashinfer-0210-capture-weight-scale-vec-size",
 
 @pytest.mark.parametrize("entry_id", WRAPPED_DEV)
 def test_a_real_report_wrapped_at_80_columns_gets_the_category_it_gets_unwrapped(entry_id):
-    entry = dev_entry(entry_id)
-    text = entry.get("text") or entry.get("log")
-    labels = {entry["category"], entry.get("alt_category")}
-    assert diagnose(text)[0].match.category in labels
-    assert diagnose(wrap(text, 80))[0].match.category in labels
+    right_as_pasted_and_perturbed(entry_id, lambda text: wrap(text, 80), diagnose)
 
 
 def test_wrapping_joins_only_the_broken_lines():
