@@ -8,12 +8,13 @@ Reports whose id tests/corpus/split.json marks `test` are skipped when their lin
 their text is used for anything. Each development report is diagnosed by the rules alone, through
 `diagnose_file` (the path `ddtreed diagnose` takes); the crash that diagnosis is on gives the
 features (`ddtreed.rules.scorer.features`). The settings (which kinds of feature, smoothing, the
-minimum number of reports a feature must occur in, the confidence threshold) are chosen by
-stratified K-fold cross-validation within the development part: for each fold the scorer is
-trained without the fold, and the fold is judged as `ddtreed diagnose` would judge it (the rules'
-category, replaced by the scorer's where the rules left the crash open and the scorer is sure
-enough). The model is then fitted on the whole development part with the chosen settings. Counts
-are integers and every list is sorted, so the same corpus and code give the same bytes.
+minimum number of reports a feature must occur in, cut-off copies, the temperature, the two
+thresholds) are chosen by stratified K-fold cross-validation within the development part (see
+`cross_validate`): for each fold the scorer is trained without the fold and judged on it, alone
+and as `ddtreed diagnose` would judge it (the rules' category, replaced by the scorer's where the
+rules left the crash open and the scorer is sure enough). The model is then fitted on the whole
+development part with the chosen settings. Counts are integers and every list is sorted, so the
+same corpus and code give the same bytes.
 
 The model depends on what the assembler and the rules make of each report: after changing them,
 rerun this script and commit the model with the change (tests/test_evidence_scorer.py checks it).

@@ -1,13 +1,16 @@
 """A second, generalising layer of evidence: a naive Bayes scorer over the kinds of evidence a
 crash carries, for the crashes the rules leave `unknown` or decide only by a last-resort shape rule.
 
-Features (`features`): the exception types and their families, the message's words with numbers,
-hex, paths and shapes stripped, the frame families and file/module names on the stack, the phase
+Features (`features`), by kind: the exception types and their families, the message's words with
+numbers, hex, paths and shapes stripped (and word bigrams, character shingles), the frame families
+and file/module names on the stack, the package of each frame (`package_of`: SGLang's subpackage
+or a known library) and the package, file and function words of the innermost frames, the phase
 from the service's milestones, the families of the lines printed outside the traceback (and their
 words), the crash kind. The model (`ddtreed/data/evidence-scorer.json`) holds integer document
-counts per category and feature, built by `scripts/train_evidence_scorer.py` from the development
-part of tests/corpus only; its settings (smoothing, threshold, which feature kinds) were chosen by
-cross-validation within that part. Below its threshold the crash stays what the rules said.
+counts per category and feature, the kinds it uses and its calibration (a temperature on the
+log-scores), built by `scripts/train_evidence_scorer.py` from the development part of
+tests/corpus only; its settings were chosen by cross-validation within that part. Below its
+threshold the crash stays what the rules said.
 
 A scorer's verdict is advice: it never carries a remediation (`Verdict.match` has none), so the
 daemon does nothing automatic on it; `diagnose --explain` and the incident say it decided and show
