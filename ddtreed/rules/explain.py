@@ -110,6 +110,7 @@ def evidence_text(diagnosis: Diagnosis) -> list[str]:
         lines.append(f"  decided:    {diagnosis.match.category} by {rule}, confidence {diagnosis.confidence:.2f}")
         if scored is not None:
             why = ("agrees with the rules" if scored.category == diagnosis.match.category
+                   else "it never turns a rule's reading into other: not used" if scored.decides
                    else f"below its threshold {scored.threshold:.2f}: not used")
             lines.append(f"  scorer:     {scored.category} at {scored.confidence:.2f}, {why}")
     for rival in diagnosis.outvoted:
