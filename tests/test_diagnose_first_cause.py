@@ -1,0 +1,106 @@
+# ruff: noqa: E501  (log lines are verbatim one-line messages)
+"""Which crash of a multi-crash log is the cause (issue 15, item 2: the first cause, not the last
+echo). Real-shaped logs and reports, as `ddtreed diagnose` reads them: an earlier error a specific
+rule knows, then what it set off (the launcher finding the scheduler dead, another rank's collective
+failing, the warm-up request refused); and the opposite order, where the later crash is the cause
+and the earlier text only a notice, which must still decide for the later one."""
+
+import pytest
+
+from ddtreed.cli.diagnose_cmd import diagnose_lines
+from ddtreed.paths import shipped
+from ddtreed.rules import load_rules
+from phrasing_helpers import traceback_text
+
+RULES = load_rules([shipped("rules")])
+
+FWD = ["sglang/srt/managers/scheduler.py:event_loop_overlap", "sglang/srt/managers/scheduler.py:run_batch",
+       "sglang/srt/managers/tp_worker.py:forward_batch_generation", "sglang/srt/model_executor/model_runner.py:forward"]
+LOGITS = FWD + ["sglang/srt/layers/logits_processor.py:forward"]
+ALL_REDUCE = FWD + ["sglang/srt/distributed/communication_op.py:tensor_model_parallel_all_reduce",
+                    "sglang/srt/distributed/parallel_state.py:all_reduce"]
+POOL = ["sglang/srt/managers/scheduler.py:run_scheduler_process", "sglang/srt/managers/scheduler.py:__init__",
+        "sglang/srt/model_executor/model_runner.py:__init__", "sglang/srt/model_executor/model_runner.py:init_memory_pool"]
+LAUNCHER = ["sglang/launch_server.py:<module>", "sglang/srt/entrypoints/http_server.py:launch_server",
+            "sglang/srt/entrypoints/engine.py:_launch_subprocesses"]
+
+NONE_BUG = "TypeError: 'NoneType' object is not subscriptable"
+NCCL_REMOTE = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, "
+               "remote process exited or there was a network error, NCCL version 2.21.5\n"
+               "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.")
+WATCHDOG = ("[rank1]:[E1201 10:15:00.000000 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600021 milliseconds before timing out.")
+KV_POOL = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+DEAD = "RuntimeError: Rank 0 scheduler is dead. Please check if there are relevant logs."
+SIGQUIT = "[2026-05-01 10:00:01] Received sigquit from a child process. It usually means the child failed."
+
+
+def tb(frames, last):
+    return traceback_text(frames, last)
+
+
+def diagnosis_of(text: str):
+    diagnoses = diagnose_lines(text.splitlines(), "<report>", RULES, None)
+    assert diagnoses, "nothing diagnosed"
+    return diagnoses[0]
+
+
+def test_an_exception_message_ends_at_the_reports_code_fence():
+    # The reporter pasted rank 0's error in one block and the other rank's timeout in the next:
+    # the timeout is the echo of rank 0's error, not a line of its message.
+    report = "\n".join([
+        "With --tp 2 the server crashes on the first request:", "```", tb(LOGITS, NONE_BUG), "```",
+        "and the other rank prints", "```", WATCHDOG, "```"])
+    diagnosis = diagnosis_of(report)
+    assert diagnosis.crash.exception == "TypeError"
+    assert "Watchdog" not in diagnosis.crash.message
+    assert diagnosis.match.category == "other", diagnosis.match.rule_id
+
+
+def test_another_ranks_collective_failure_after_an_error_is_its_echo_when_ranks_are_not_named():
+    # Two tracebacks pasted without rank prefixes: the collective that failed because the other
+    # rank was gone does not decide over that rank's own error.
+    report = "\n".join([tb(LOGITS, NONE_BUG), "", tb(ALL_REDUCE, NCCL_REMOTE)])
+    diagnosis = diagnosis_of(report)
+    assert (diagnosis.match.category, diagnosis.crash.exception) == ("other", "TypeError"), diagnosis.match.rule_id
+
+
+def test_a_collective_failure_before_another_error_still_decides():
+    # The opposite order: the collective failed first, the other error came after it.
+    report = "\n".join([tb(ALL_REDUCE, NCCL_REMOTE), "", tb(LOGITS, NONE_BUG)])
+    assert diagnosis_of(report).match.category == "nccl-error"
+
+
+def test_the_error_a_report_quotes_decides_over_the_launchers_notice_that_the_scheduler_died():
+    # The scheduler's own error is only quoted in the prose; the traceback pasted is the launcher's.
+    report = "\n".join([
+        f"The server dies during start-up with `{KV_POOL}`", "Full log:", "```", SIGQUIT,
+        tb(LAUNCHER, DEAD), "```"])
+    diagnosis = diagnosis_of(report)
+    assert diagnosis.match.category == "kv-pool-too-small", diagnosis.match.rule_id
+
+
+def test_the_launchers_notice_alone_is_still_read():
+    report = "\n".join(["The server does not start:", "```", SIGQUIT, tb(LAUNCHER, DEAD), "```"])
+    diagnosis = diagnosis_of(report)
+    assert (diagnosis.match.category, diagnosis.match.rule_id) == ("other", "scheduler-reported-dead")
+
+
+@pytest.mark.parametrize("first", [
+    tb(LAUNCHER, DEAD),
+    tb(["sglang/srt/entrypoints/http_server.py:_wait_and_warmup", "requests/api.py:post", "requests/adapters.py:send"],
+       "requests.exceptions.ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=30000): Max retries exceeded with url: /generate (Caused by NewConnectionError('Failed to establish a new connection: [Errno 111] Connection refused'))"),
+], ids=["scheduler-dead", "warm-up-refused"])
+def test_a_notice_pasted_before_the_schedulers_traceback_does_not_decide(first):
+    # Reporters often paste what their terminal showed last first: the cause comes later.
+    report = "\n".join(["I got:", "```", first, "```", "and in the server log:", "```",
+                        tb(POOL, KV_POOL), "```"])
+    assert diagnosis_of(report).match.category == "kv-pool-too-small"
+
+
+def test_the_schedulers_inline_error_decides_over_the_launchers_notice():
+    log = "\n".join([
+        "[2026-05-01 10:00:00 TP0] Load weight begin. avail mem=78.50 GB",
+        "[2026-05-01 10:00:01 TP0] Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of 23.64 GiB of which 900.00 MiB is free.",
+        SIGQUIT, tb(LAUNCHER, DEAD)])
+    assert diagnosis_of(log).match.category == "cuda-oom"
