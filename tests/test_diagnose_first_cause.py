@@ -104,3 +104,25 @@ def test_the_schedulers_inline_error_decides_over_the_launchers_notice():
         "[2026-05-01 10:00:01 TP0] Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of 23.64 GiB of which 900.00 MiB is free.",
         SIGQUIT, tb(LAUNCHER, DEAD)])
     assert diagnosis_of(log).match.category == "cuda-oom"
+
+
+def test_the_error_a_report_quotes_decides_over_the_warm_up_requests_refusal():
+    report = "\n".join([
+        "When I launch the server with `--enable-dp-attention --tp 8 --dp 8` it fails:", "",
+        "`ValueError: DP attention is not supported with --enable-mixed-chunk`", "", "and then the client shows:", "```",
+        tb(["sglang/srt/entrypoints/http_server.py:_wait_and_warmup", "requests/api.py:get", "requests/adapters.py:send"],
+           "requests.exceptions.ConnectionError: HTTPConnectionPool(host='127.0.0.1', port=30000): Max retries exceeded with url: /get_model_info (Caused by NewConnectionError('Failed to establish a new connection: [Errno 111] Connection refused'))"),
+        "```"])
+    assert diagnosis_of(report).match.category == "unsupported-config"
+
+
+def test_a_notice_quoted_again_is_still_the_notice():
+    # A training framework's client giving up, pasted twice and once cut: its own `raise` line,
+    # read as a quoted error with the report's other frames, is no new cause.
+    client = ["areal/launcher/main.py:<module>", "areal/launcher/main.py:main",
+              "areal/engine/sglang_remote.py:initialize", "areal/engine/sglang_remote.py:_wait_for_server"]
+    raised = tb(client, "RuntimeError: server launch failed").replace("    something()\nRuntimeError",
+                                                                      '    raise RuntimeError("server launch failed")\nRuntimeError')
+    report = "\n".join([raised, raised, "\n".join(raised.splitlines()[:4])])
+    diagnosis = diagnosis_of(report)
+    assert (diagnosis.match.category, diagnosis.match.rule_id) == ("other", "client-gave-up-on-server-launch")

@@ -131,6 +131,12 @@ class RuleSet:
         rule = self._by_id.get(diagnosis.match.rule_id) if diagnosis.match.rule_id else None
         return rule is not None and rule.priority > LAST_RESORT_PRIORITY
 
+    def primary(self, diagnosis: "Diagnosis") -> bool:
+        """Decisive and about a cause: not a secondary rule's notice that something else failed
+        (`Rule.secondary`), which evidence printed elsewhere (an error the text quotes) outranks."""
+        rule = self._by_id.get(diagnosis.match.rule_id) if diagnosis.match.rule_id else None
+        return self.decisive(diagnosis) and rule is not None and not rule.secondary
+
     def diagnose(self, crashes: tuple[Crash, ...], context: ServiceContext | None = None,
                  budget_s: float = BUDGET_S) -> Diagnosis:
         """The best rule match over all crashes of the group, or category `unknown`.
@@ -144,14 +150,27 @@ class RuleSet:
         best: tuple | None = None
         seen: dict[tuple, tuple] = {}
         echoes = _echo_test(crashes)
+        judged = []
         for crash in crashes:
             key = (crash.kind, crash.exception, crash.message, crash.inner_message, crash.frames)
             if key not in seen:
                 # Ranks usually print the same error: evaluate each distinct one once.
                 seen[key] = self._best_for(crash, signature_of(crash), context, budget_s)
             signature, view, ranked, notes = seen[key]
+            judged.append((crash, echoes(crash, view), seen[key]))
+        # A secondary rule's notice (the scheduler is dead, the warm-up was refused) is the echo of
+        # any other crash of the group that is no echo and no notice itself, before or after it: one
+        # a rule knows, or one with an error line of its own; never a stack cut before its error
+        # line that begins like another crash's stack (a cut copy of it, the notice's own included).
+        causes = [crash for crash, echo, (_, _, ranked, _) in judged
+                  if not echo and crash.kind in _CAUSE_KINDS
+                  and (not ranked[0][1].secondary if ranked else not _cut_off(crash))
+                  and not _cut_copy(crash, crashes)]
+        for crash, echo, (signature, view, ranked, notes) in judged:
             match, rule = ranked[0] if ranked else (None, None)
-            score = (not echoes(crash, view),) + self._score(match, rule, crash)
+            if rule is not None and rule.secondary and any(other is not crash for other in causes):
+                echo = True
+            score = (not echo,) + self._score(match, rule, crash)
             if best is None or score > best[0]:
                 best = (score, crash, signature, view, ranked, notes)
         _, crash, signature, view, ranked, notes = best
@@ -244,9 +263,12 @@ def _cut_off(crash: Crash) -> bool:
     return crash.kind == "traceback" and crash.exception is None and not crash.inner_message
 
 
+_CAUSE_KINDS = ("traceback", "error-line", "nccl-watchdog", "watchdog-timeout")  # crashes with words of their own
+
+
 def _echo_test(crashes: tuple[Crash, ...]):
     """A predicate: is this crash an echo of another one in the group (not the first cause)?"""
-    causes = [c for c in crashes if c.kind in ("traceback", "error-line", "nccl-watchdog", "watchdog-timeout")]
+    causes = [c for c in crashes if c.kind in _CAUSE_KINDS]
 
     def echo(crash: Crash, view: CrashView) -> bool:
         if crash.kind in ("child-death", "killed"):
@@ -266,7 +288,7 @@ def _echo_test(crashes: tuple[Crash, ...]):
         if _communication_only(crash, evidence):
             return any(other is not crash and other.kind == "traceback" and other.exception
                        and (other.first_line or 0) < (crash.first_line or 0)
-                       and (other.rank != crash.rank or other.source != crash.source)
+                       and not _same_process(other, crash)
                        and not own_error_is_communication(other) for other in causes)
         return False
 
@@ -277,6 +299,22 @@ def _echo_test(crashes: tuple[Crash, ...]):
             verdicts[id(other)] = _communication_only(other, None)
         return verdicts[id(other)]
     return echo
+
+
+def _cut_copy(crash: Crash, crashes: tuple[Crash, ...]) -> bool:
+    """A traceback cut before its error line whose frames begin another crash's longer stack."""
+    if not _cut_off(crash) or not crash.frames:
+        return False
+    mine = [(frame.file, frame.function) for frame in crash.frames]
+    return any(other is not crash and not _cut_off(other) and len(other.frames) >= len(mine)
+               and [(frame.file, frame.function) for frame in other.frames[:len(mine)]] == mine
+               for other in crashes)
+
+
+def _same_process(one: Crash, other: Crash) -> bool:
+    """Printed by one process: the same source and the same named rank. Untagged lines (a paste
+    without rank prefixes, torchrun's plain output) cannot be told apart, so they are not."""
+    return one.source == other.source and one.rank is not None and one.rank == other.rank
 
 
 def _communication_only(crash: Crash, evidence) -> bool:

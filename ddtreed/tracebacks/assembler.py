@@ -306,6 +306,8 @@ class Assembler:
                 builder.chain()
             elif grammar.FRAME.match(body) or stripped == grammar.TRACEBACK_HEADER:
                 return FINISH  # the next rank's body follows without a blank line
+            elif stripped.startswith("```"):
+                return FINISH  # a report's code fence: what follows it is the reporter's, not the error's
             else:
                 builder.add_message_line(body.rstrip())
         elif stripped in grammar.CHAIN_MARKERS:
