@@ -126,3 +126,41 @@ def test_a_notice_quoted_again_is_still_the_notice():
     report = "\n".join([raised, raised, "\n".join(raised.splitlines()[:4])])
     diagnosis = diagnosis_of(report)
     assert (diagnosis.match.category, diagnosis.match.rule_id) == ("other", "client-gave-up-on-server-launch")
+
+
+INDEX_ERROR = ["[2026-01-01 10:05:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+               '  File "/usr/lib/python3/dist-packages/sglang/srt/managers/scheduler.py", line 2865, in run_scheduler_process',
+               "    scheduler.event_loop_overlap()",
+               '  File "/usr/lib/python3/dist-packages/sglang/srt/managers/schedule_batch.py", line 300, in filter_batch',
+               "    keep = [i for i in keep_indices if self.reqs[i].finished() is False]",
+               "IndexError: list index out of range", ""]
+HANG = ["[2026-01-01 10:10:00 TP1] Watchdog timeout (self.watchdog_timeout=300)",
+        "[2026-01-01 10:10:00 TP1] self.cur_batch.batch_size()=4, self.cur_batch.reqs=[Req(rid=1)]",
+        "[2026-01-01 10:10:00 TP1] Pyspy dump for PID 1234:",
+        'Thread 1234 (active): "MainThread"',
+        "    all_reduce (torch/distributed/distributed_c10d.py:2501)",
+        "    forward (sglang/srt/layers/linear.py:1000)"]
+
+
+def test_another_ranks_watchdog_after_a_ranks_own_error_is_its_echo():
+    # Rank 0 died on its own error; rank 1 sat in the all-reduce waiting for it until SGLang's
+    # watchdog fired five minutes later.
+    log = ["[2026-01-01 10:00:00] The server is fired up and ready to roll!", *INDEX_ERROR, *HANG, SIGQUIT]
+    diagnosis = diagnosis_of("\n".join(log))
+    assert (diagnosis.match.category, diagnosis.crash.exception) == ("other", "IndexError"), diagnosis.match.rule_id
+    assert len(diagnosis.crashes) == 2  # the hang stays in the incident, it does not decide
+
+
+def test_a_watchdog_that_fires_first_still_decides():
+    log = ["[2026-01-01 10:00:00] The server is fired up and ready to roll!", *HANG, *INDEX_ERROR, SIGQUIT]
+    assert diagnosis_of("\n".join(log)).match.category == "scheduler-watchdog-timeout"
+
+
+def test_a_requests_error_the_http_side_answered_does_not_make_a_later_hang_its_echo():
+    request = ["[2026-01-01 10:04:00] ERROR:    Exception in ASGI application",
+               "Traceback (most recent call last):",
+               '  File "/usr/lib/python3/dist-packages/sglang/srt/managers/tokenizer_manager.py", line 600, in _validate_one_request',
+               "    raise ValueError(",
+               "ValueError: The input (50000 tokens) is longer than the model's context length (32768 tokens).", ""]
+    log = ["[2026-01-01 10:00:00] The server is fired up and ready to roll!", *request, *HANG, SIGQUIT]
+    assert diagnosis_of("\n".join(log)).match.category == "scheduler-watchdog-timeout"

@@ -290,6 +290,16 @@ def _echo_test(crashes: tuple[Crash, ...]):
                        and (other.first_line or 0) < (crash.first_line or 0)
                        and not _same_process(other, crash)
                        and not own_error_is_communication(other) for other in causes)
+        # The same wait seen by SGLang's own watchdog: a rank whose step never finished (it sat in a
+        # collective for the rank that died) after a rank's own error is that error's echo. Only a
+        # rank's error counts (tagged, or SGLang's `… hit an exception` banner): a request's error
+        # the HTTP side logged and answered kills no rank, so a later hang is a hang of its own.
+        if crash.kind == "watchdog-timeout":
+            return any(other is not crash and other.kind == "traceback" and other.exception
+                       and (other.rank is not None or other.prefix)
+                       and (other.first_line or 0) < (crash.first_line or 0)
+                       and not _same_process(other, crash)
+                       and not own_error_is_communication(other) for other in causes)
         return False
 
     verdicts: dict[int, bool] = {}
