@@ -149,6 +149,8 @@ def test_another_ranks_watchdog_after_a_ranks_own_error_is_its_echo():
     diagnosis = diagnosis_of("\n".join(log))
     assert (diagnosis.match.category, diagnosis.crash.exception) == ("other", "IndexError"), diagnosis.match.rule_id
     assert len(diagnosis.crashes) == 2  # the hang stays in the incident, it does not decide
+    [set_aside] = [o for o in diagnosis.outvoted if o.category == "scheduler-watchdog-timeout"]
+    assert "echo of the first cause" in set_aside.reason  # --explain and --json say why it lost
 
 
 def test_a_watchdog_that_fires_first_still_decides():

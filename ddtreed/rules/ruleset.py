@@ -166,10 +166,13 @@ class RuleSet:
                   if not echo and crash.kind in _CAUSE_KINDS
                   and (not ranked[0][1].secondary if ranked else not _cut_off(crash))
                   and not _cut_copy(crash, crashes)]
+        set_aside: list[tuple[Crash, Rule, str]] = []  # echoes a rule knew: shown as outvoted
         for crash, echo, (signature, view, ranked, notes) in judged:
             match, rule = ranked[0] if ranked else (None, None)
             if rule is not None and rule.secondary and any(other is not crash for other in causes):
-                echo = True
+                echo = "a notice that another failure happened (secondary rule)"
+            if echo and rule is not None:
+                set_aside.append((crash, rule, echo))
             score = (not echo,) + self._score(match, rule, crash)
             if best is None or score > best[0]:
                 best = (score, crash, signature, view, ranked, notes)
@@ -179,6 +182,10 @@ class RuleSet:
             match = _unknown(signature)
         outvoted = tuple(_outvoted(rule, other_rule, other) for other, other_rule in ranked[1:]
                          if other_rule.category != match.category)
+        outvoted += tuple(Outvoted(echo_rule.id, echo_rule.category, echo_rule.priority,
+                                   f"echo of the first cause (lines {echo.first_line}-{echo.last_line}): {why}")
+                          for echo, echo_rule, why in set_aside
+                          if echo is not crash and echo_rule.category != match.category)
         confidence = _confidence(rule, match, view, ranked)
         verdict, decided_by = None, "rules"
         if self.scorer is not None and (rule is None or rule.priority <= LAST_RESORT_PRIORITY):
@@ -267,40 +274,43 @@ _CAUSE_KINDS = ("traceback", "error-line", "nccl-watchdog", "watchdog-timeout") 
 
 
 def _echo_test(crashes: tuple[Crash, ...]):
-    """A predicate: is this crash an echo of another one in the group (not the first cause)?"""
+    """Why this crash is an echo of another one in the group (not the first cause); "" if not."""
     causes = [c for c in crashes if c.kind in _CAUSE_KINDS]
 
-    def echo(crash: Crash, view: CrashView) -> bool:
+    def echo(crash: Crash, view: CrashView) -> str:
         if crash.kind in ("child-death", "killed"):
-            return bool(causes)  # the parent noticing a child that already printed why it died
+            # the parent noticing a child that already printed why it died
+            return "a death noticed after a crash that printed its error" if causes else ""
         evidence = view.evidence
         if evidence is None:
-            return False
+            return ""
         secondary = ("connection" in evidence.exception_families or "warm-up" in evidence.frame_families
                      or "connection" in evidence.message_families and not evidence.message_families - {
                          "connection", "timeout"})
         if secondary and any(other is not crash and other.kind in ("traceback", "error-line")
                              and (other.first_line or 0) <= (crash.first_line or 0) for other in causes):
-            return True
+            return "a connection error or the warm-up request after the crash"
         # When one rank dies the others wait on it in their next collective until NCCL's watchdog
         # (or the store) gives up: a communication failure printed after another rank's own
         # error, from another source or rank, is that error's echo.
         if _communication_only(crash, evidence):
-            return any(other is not crash and other.kind == "traceback" and other.exception
-                       and (other.first_line or 0) < (crash.first_line or 0)
-                       and not _same_process(other, crash)
-                       and not own_error_is_communication(other) for other in causes)
+            waited = any(other is not crash and other.kind == "traceback" and other.exception
+                         and (other.first_line or 0) < (crash.first_line or 0)
+                         and not _same_process(other, crash)
+                         and not own_error_is_communication(other) for other in causes)
+            return "a collective that failed after another rank's own error" if waited else ""
         # The same wait seen by SGLang's own watchdog: a rank whose step never finished (it sat in a
         # collective for the rank that died) after a rank's own error is that error's echo. Only a
         # rank's error counts (tagged, or SGLang's `… hit an exception` banner): a request's error
         # the HTTP side logged and answered kills no rank, so a later hang is a hang of its own.
         if crash.kind == "watchdog-timeout":
-            return any(other is not crash and other.kind == "traceback" and other.exception
-                       and (other.rank is not None or other.prefix)
-                       and (other.first_line or 0) < (crash.first_line or 0)
-                       and not _same_process(other, crash)
-                       and not own_error_is_communication(other) for other in causes)
-        return False
+            waited = any(other is not crash and other.kind == "traceback" and other.exception
+                         and (other.rank is not None or other.prefix)
+                         and (other.first_line or 0) < (crash.first_line or 0)
+                         and not _same_process(other, crash)
+                         and not own_error_is_communication(other) for other in causes)
+            return "a rank's watchdog after another rank's own error" if waited else ""
+        return ""
 
     verdicts: dict[int, bool] = {}
 
