@@ -166,3 +166,34 @@ def test_a_requests_error_the_http_side_answered_does_not_make_a_later_hang_its_
                "ValueError: The input (50000 tokens) is longer than the model's context length (32768 tokens).", ""]
     log = ["[2026-01-01 10:00:00] The server is fired up and ready to roll!", *request, *HANG, SIGQUIT]
     assert diagnosis_of("\n".join(log)).match.category == "scheduler-watchdog-timeout"
+
+
+@pytest.mark.parametrize("lines", [
+    # torchrun's per-rank prefixes: rank 1's watchdog line right under rank 0's error line
+    ["[rank0]: Traceback (most recent call last):",
+     '[rank0]:   File "/sgl-workspace/sglang/python/sglang/srt/layers/logits_processor.py", line 300, in forward',
+     "[rank0]:     pruned_states = hidden_states[last_index]",
+     f"[rank0]: {NONE_BUG}",
+     "[rank1]:" + WATCHDOG.split("]:", 1)[1]],
+    # no prefixes at all: the C++ logger's record under the Python error line
+    [*tb(LOGITS, NONE_BUG).splitlines(), WATCHDOG.split("]:", 1)[1]],
+], ids=["torchrun-ranks", "glog-record"])
+def test_an_exception_message_ends_at_another_writers_line(lines):
+    diagnosis = diagnosis_of("\n".join(lines))
+    assert diagnosis.crash.exception == "TypeError"
+    assert diagnosis.crash.message == "'NoneType' object is not subscriptable"
+    assert diagnosis.match.category == "other", diagnosis.match.rule_id
+    assert len(diagnosis.crashes) == 2  # the watchdog line is a crash of its own, the echo
+
+
+def test_a_messages_own_continuation_lines_stay_in_it():
+    # torch's CUDA error text spans lines; none of them is another writer's.
+    lines = ["[rank0]: Traceback (most recent call last):",
+             '[rank0]:   File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 1500, in forward_extend',
+             "[rank0]:     return self.model.forward(",
+             "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered",
+             "[rank0]: CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+             "[rank0]: For debugging consider passing CUDA_LAUNCH_BLOCKING=1"]
+    diagnosis = diagnosis_of("\n".join(lines))
+    assert diagnosis.crash.message.count("\n") == 2
+    assert diagnosis.match.category == "illegal-memory-access"
