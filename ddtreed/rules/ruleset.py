@@ -162,10 +162,13 @@ class RuleSet:
         # any other crash of the group that is no echo and no notice itself, before or after it: one
         # a rule knows, or one with an error line of its own; never a stack cut before its error
         # line that begins like another crash's stack (a cut copy of it, the notice's own included).
-        causes = [crash for crash, echo, (_, _, ranked, _) in judged
-                  if not echo and crash.kind in _CAUSE_KINDS
-                  and (not ranked[0][1].secondary if ranked else not _cut_off(crash))
-                  and not _cut_copy(crash, crashes)]
+        causes: list[Crash] = []
+        if any(ranked and ranked[0][1].secondary for _, _, (_, _, ranked, _) in judged):
+            stacks = [tuple((f.file, f.function) for f in c.frames) for c in crashes if not _cut_off(c)]
+            causes = [crash for crash, echo, (_, _, ranked, _) in judged
+                      if not echo and crash.kind in _CAUSE_KINDS
+                      and (not ranked[0][1].secondary if ranked else not _cut_off(crash))
+                      and not _cut_copy(crash, stacks)]
         set_aside: list[tuple[Crash, Rule, str]] = []  # echoes a rule knew: shown as outvoted
         for crash, echo, (signature, view, ranked, notes) in judged:
             match, rule = ranked[0] if ranked else (None, None)
@@ -321,14 +324,13 @@ def _echo_test(crashes: tuple[Crash, ...]):
     return echo
 
 
-def _cut_copy(crash: Crash, crashes: tuple[Crash, ...]) -> bool:
-    """A traceback cut before its error line whose frames begin another crash's longer stack."""
+def _cut_copy(crash: Crash, stacks: list[tuple]) -> bool:
+    """A traceback cut before its error line whose frames begin the stack of another crash that
+    printed its error line (`stacks`: theirs, as (file, function) pairs)."""
     if not _cut_off(crash) or not crash.frames:
         return False
-    mine = [(frame.file, frame.function) for frame in crash.frames]
-    return any(other is not crash and not _cut_off(other) and len(other.frames) >= len(mine)
-               and [(frame.file, frame.function) for frame in other.frames[:len(mine)]] == mine
-               for other in crashes)
+    mine = tuple((frame.file, frame.function) for frame in crash.frames)
+    return any(stack[:len(mine)] == mine for stack in stacks)
 
 
 def _same_process(one: Crash, other: Crash) -> bool:
