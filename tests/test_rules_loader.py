@@ -101,6 +101,17 @@ def test_precise_rule_needs_when(tmp_path):
     assert any("precise: a precise rule needs a `when` predicate" in p for p in problems)
 
 
+def test_secondary_is_a_flag_and_names_no_remediation(tmp_path):
+    not_a_flag = GOOD.replace('diagnosis = "d {a}"', 'diagnosis = "d {a}"\nsecondary = "yes"')
+    assert any("secondary: must be true or false" in p for p in problems_for(tmp_path, not_a_flag))
+    with_remedy = GOOD.replace('diagnosis = "d {a}"', 'diagnosis = "d {a}"\nsecondary = true')
+    assert any("secondary: a secondary rule" in p for p in problems_for(tmp_path, with_remedy))
+    notice = with_remedy.replace('remediations = ["lower-mem-fraction-static"]\n', "")
+    write(tmp_path, notice)
+    [rule] = load_rules([tmp_path]).rules
+    assert rule.secondary
+
+
 def test_invalid_toml_has_a_line(tmp_path):
     problems = problems_for(tmp_path, GOOD + "\n[[rule]\n")
     assert problems[0].startswith(f"{tmp_path / 'r.toml'}:12: toml:")

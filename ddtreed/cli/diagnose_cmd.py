@@ -121,18 +121,32 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
         context = context_from_log(lines)
     groups = assemble_lines(unreverse(lines), source, keep_cut_orphans=True)  # a report's headerless cut frames too
     diagnoses = [rules.diagnose(group, context) for group in groups]
-    if not any(rules.decisive(diagnosis) for diagnosis in diagnoses):
+    if not any(rules.primary(diagnosis) for diagnosis in diagnoses):
         # Nothing assembled, or only crashes no rule knows (a paste cut before its exception
-        # line) or knows only by shape: the errors the text quotes may still say what failed.
+        # line), knows only by shape, or knows only as a notice that something else failed (the
+        # launcher finding a scheduler dead): the errors the text quotes may still say what failed.
         # A log the service wrote is mined only when no rule knew its crash at all.
         named = any(diagnosis.match.rule_id for diagnosis in diagnoses)
         pasted = _from_paste(lines, source, rules, context, assembled=bool(diagnoses) and not named,
                              words_over_shape=not named)
-        if pasted is not None and (rules.decisive(pasted) or not named and (pasted.match.rule_id or not diagnoses)):
+        if pasted is not None and (rules.primary(pasted) and not _repeats(pasted.crash, diagnoses)
+                                   or not named and (pasted.match.rule_id or not diagnoses)):
             diagnoses = [pasted] + diagnoses[1:]
         elif named:
             diagnoses = _announced(lines, source, rules, context, diagnoses)
     return diagnoses
+
+
+def _repeats(quoted, diagnoses: list) -> bool:
+    """Is the error a text quotes one of its assembled crashes again (a notice's own `raise
+    RuntimeError("server launch failed")` line, read with other frames)? Then it says nothing new."""
+    def words(crash) -> str:
+        return (crash.message or "").split("\n", 1)[0].strip().strip("\"'`()").strip()
+
+    said = words(quoted)
+    return bool(said) and any(
+        words(crash) == said and quoted.exception in (crash.exception, None)
+        for diagnosis in diagnoses for crash in diagnosis.crashes)
 
 
 def _announced(lines: list[str], source: str, rules, context, diagnoses: list) -> list:
@@ -144,7 +158,7 @@ def _announced(lines: list[str], source: str, rules, context, diagnoses: list) -
     if not crashes:
         return diagnoses
     diagnosis = rules.diagnose(crashes, context)
-    if not rules.decisive(diagnosis):
+    if not rules.primary(diagnosis):
         return diagnoses
     return [dataclasses.replace(diagnosis, notes=diagnosis.notes + (
         "from the error a crash line names inline (its traceback is not in the log)",))] + diagnoses[1:]

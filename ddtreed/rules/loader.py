@@ -23,7 +23,7 @@ from .model import (
 from .regex import PatternError, compile_rule_pattern
 
 REQUIRED = ("id", "category", "title", "meaning", "match", "diagnosis")
-OPTIONAL = ("when", "precise", "remediations", "advice", "sglang_versions", "references", "priority")
+OPTIONAL = ("when", "precise", "remediations", "advice", "sglang_versions", "references", "priority", "secondary")
 MATCH_KEYS = ("kind", "exception", "message", "message_absent", "wrapper", "inner_exception", "inner_message",
               "prefix", "frames", "frames_absent", "exit_code", "signal", "phase", "frame_family",
               "exception_family", "message_family", "raised_in", "message_family_absent", "context")
@@ -225,13 +225,17 @@ def _build(table: Any, where: _Where, problems: list[str],
         problems.append(where.at("sglang_versions", f"{versions!r} is not like '>=0.4.6,<=0.5.23'"))
     diagnosis, advice = fields.template("diagnosis"), fields.template("advice")
     priority = fields.integer("priority")
+    secondary = fields.flag("secondary")
+    if secondary and remediations:
+        problems.append(where.at("secondary", "a secondary rule (a notice that another failure happened) "
+                                 "cannot name remediations: the cause is printed elsewhere"))
     if len(problems) > before or conditions is None:
         return None
     return Rule(
         id=rule_id, category=category, title=fields.text("title"), meaning=fields.text("meaning"),
         conditions=conditions, diagnosis=diagnosis, remediations=tuple(remediations), when=when,
         precise=precise, advice=advice, sglang_versions=versions,
-        references=tuple(fields.strings("references")), priority=priority,
+        references=tuple(fields.strings("references")), priority=priority, secondary=secondary,
         source=str(where.path), line=where.line,
     )
 

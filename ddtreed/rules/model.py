@@ -287,6 +287,10 @@ class Rule:
     sglang_versions: str = ""
     references: tuple[str, ...] = ()
     priority: int = 0
+    # A notice that another failure happened (the launcher finding a scheduler dead, the warm-up
+    # request refused, a client giving up): the cause is printed elsewhere, so any other crash of
+    # the group, or an error the text quotes, decides before it.
+    secondary: bool = False
     source: str = ""
     line: int = 0
 

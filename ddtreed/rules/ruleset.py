@@ -131,6 +131,12 @@ class RuleSet:
         rule = self._by_id.get(diagnosis.match.rule_id) if diagnosis.match.rule_id else None
         return rule is not None and rule.priority > LAST_RESORT_PRIORITY
 
+    def primary(self, diagnosis: "Diagnosis") -> bool:
+        """Decisive and about a cause: not a secondary rule's notice that something else failed
+        (`Rule.secondary`), which evidence printed elsewhere (an error the text quotes) outranks."""
+        rule = self._by_id.get(diagnosis.match.rule_id) if diagnosis.match.rule_id else None
+        return self.decisive(diagnosis) and rule is not None and not rule.secondary
+
     def diagnose(self, crashes: tuple[Crash, ...], context: ServiceContext | None = None,
                  budget_s: float = BUDGET_S) -> Diagnosis:
         """The best rule match over all crashes of the group, or category `unknown`.
@@ -144,14 +150,33 @@ class RuleSet:
         best: tuple | None = None
         seen: dict[tuple, tuple] = {}
         echoes = _echo_test(crashes)
+        judged = []
         for crash in crashes:
             key = (crash.kind, crash.exception, crash.message, crash.inner_message, crash.frames)
             if key not in seen:
                 # Ranks usually print the same error: evaluate each distinct one once.
                 seen[key] = self._best_for(crash, signature_of(crash), context, budget_s)
             signature, view, ranked, notes = seen[key]
+            judged.append((crash, echoes(crash, view), seen[key]))
+        # A secondary rule's notice (the scheduler is dead, the warm-up was refused) is the echo of
+        # any other crash of the group that is no echo and no notice itself, before or after it: one
+        # a rule knows, or one with an error line of its own; never a stack cut before its error
+        # line that begins like another crash's stack (a cut copy of it, the notice's own included).
+        causes: list[Crash] = []
+        if any(ranked and ranked[0][1].secondary for _, _, (_, _, ranked, _) in judged):
+            stacks = [tuple((f.file, f.function) for f in c.frames) for c in crashes if not _cut_off(c)]
+            causes = [crash for crash, echo, (_, _, ranked, _) in judged
+                      if not echo and crash.kind in _CAUSE_KINDS
+                      and (not ranked[0][1].secondary if ranked else not _cut_off(crash))
+                      and not _cut_copy(crash, stacks)]
+        set_aside: list[tuple[Crash, Rule, str]] = []  # echoes a rule knew: shown as outvoted
+        for crash, echo, (signature, view, ranked, notes) in judged:
             match, rule = ranked[0] if ranked else (None, None)
-            score = (not echoes(crash, view),) + self._score(match, rule, crash)
+            if rule is not None and rule.secondary and any(other is not crash for other in causes):
+                echo = "a notice that another failure happened (secondary rule)"
+            if echo and rule is not None:
+                set_aside.append((crash, rule, echo))
+            score = (not echo,) + self._score(match, rule, crash)
             if best is None or score > best[0]:
                 best = (score, crash, signature, view, ranked, notes)
         _, crash, signature, view, ranked, notes = best
@@ -160,6 +185,10 @@ class RuleSet:
             match = _unknown(signature)
         outvoted = tuple(_outvoted(rule, other_rule, other) for other, other_rule in ranked[1:]
                          if other_rule.category != match.category)
+        outvoted += tuple(Outvoted(echo_rule.id, echo_rule.category, echo_rule.priority,
+                                   f"echo of the first cause (lines {echo.first_line}-{echo.last_line}): {why}")
+                          for echo, echo_rule, why in set_aside
+                          if echo is not crash and echo_rule.category != match.category)
         confidence = _confidence(rule, match, view, ranked)
         verdict, decided_by = None, "rules"
         if self.scorer is not None and (rule is None or rule.priority <= LAST_RESORT_PRIORITY):
@@ -244,31 +273,47 @@ def _cut_off(crash: Crash) -> bool:
     return crash.kind == "traceback" and crash.exception is None and not crash.inner_message
 
 
-def _echo_test(crashes: tuple[Crash, ...]):
-    """A predicate: is this crash an echo of another one in the group (not the first cause)?"""
-    causes = [c for c in crashes if c.kind in ("traceback", "error-line", "nccl-watchdog", "watchdog-timeout")]
+_CAUSE_KINDS = ("traceback", "error-line", "nccl-watchdog", "watchdog-timeout")  # crashes with words of their own
 
-    def echo(crash: Crash, view: CrashView) -> bool:
+
+def _echo_test(crashes: tuple[Crash, ...]):
+    """Why this crash is an echo of another one in the group (not the first cause); "" if not."""
+    causes = [c for c in crashes if c.kind in _CAUSE_KINDS]
+
+    def echo(crash: Crash, view: CrashView) -> str:
         if crash.kind in ("child-death", "killed"):
-            return bool(causes)  # the parent noticing a child that already printed why it died
+            # the parent noticing a child that already printed why it died
+            return "a death noticed after a crash that printed its error" if causes else ""
         evidence = view.evidence
         if evidence is None:
-            return False
+            return ""
         secondary = ("connection" in evidence.exception_families or "warm-up" in evidence.frame_families
                      or "connection" in evidence.message_families and not evidence.message_families - {
                          "connection", "timeout"})
         if secondary and any(other is not crash and other.kind in ("traceback", "error-line")
                              and (other.first_line or 0) <= (crash.first_line or 0) for other in causes):
-            return True
+            return "a connection error or the warm-up request after the crash"
         # When one rank dies the others wait on it in their next collective until NCCL's watchdog
         # (or the store) gives up: a communication failure printed after another rank's own
         # error, from another source or rank, is that error's echo.
         if _communication_only(crash, evidence):
-            return any(other is not crash and other.kind == "traceback" and other.exception
-                       and (other.first_line or 0) < (crash.first_line or 0)
-                       and (other.rank != crash.rank or other.source != crash.source)
-                       and not own_error_is_communication(other) for other in causes)
-        return False
+            waited = any(other is not crash and other.kind == "traceback" and other.exception
+                         and (other.first_line or 0) < (crash.first_line or 0)
+                         and not _same_process(other, crash)
+                         and not own_error_is_communication(other) for other in causes)
+            return "a collective that failed after another rank's own error" if waited else ""
+        # The same wait seen by SGLang's own watchdog: a rank whose step never finished (it sat in a
+        # collective for the rank that died) after a rank's own error is that error's echo. Only a
+        # rank's error counts (tagged, or SGLang's `… hit an exception` banner): a request's error
+        # the HTTP side logged and answered kills no rank, so a later hang is a hang of its own.
+        if crash.kind == "watchdog-timeout":
+            waited = any(other is not crash and other.kind == "traceback" and other.exception
+                         and (other.rank is not None or other.prefix)
+                         and (other.first_line or 0) < (crash.first_line or 0)
+                         and not _same_process(other, crash)
+                         and not own_error_is_communication(other) for other in causes)
+            return "a rank's watchdog after another rank's own error" if waited else ""
+        return ""
 
     verdicts: dict[int, bool] = {}
 
@@ -277,6 +322,21 @@ def _echo_test(crashes: tuple[Crash, ...]):
             verdicts[id(other)] = _communication_only(other, None)
         return verdicts[id(other)]
     return echo
+
+
+def _cut_copy(crash: Crash, stacks: list[tuple]) -> bool:
+    """A traceback cut before its error line whose frames begin the stack of another crash that
+    printed its error line (`stacks`: theirs, as (file, function) pairs)."""
+    if not _cut_off(crash) or not crash.frames:
+        return False
+    mine = tuple((frame.file, frame.function) for frame in crash.frames)
+    return any(stack[:len(mine)] == mine for stack in stacks)
+
+
+def _same_process(one: Crash, other: Crash) -> bool:
+    """Printed by one process: the same source and the same named rank. Untagged lines (a paste
+    without rank prefixes, torchrun's plain output) cannot be told apart, so they are not."""
+    return one.source == other.source and one.rank is not None and one.rank == other.rank
 
 
 def _communication_only(crash: Crash, evidence) -> bool:

@@ -175,15 +175,22 @@ class Assembler:
                 self._tagged(state, chunk, index, rank, body)
                 return
             body = continued  # a logger that puts `[ts] ERROR: ` before every line of a traceback
+        speaker = None
         if body.startswith("[rank"):
             torch_rank = grammar.TORCH_RANK_PREFIX.match(body)
             if torch_rank:  # torchrun's `[rank3]:` on every line of that rank's output
-                state.torch_rank = f"rank{torch_rank.group('rank')}"
+                state.torch_rank = speaker = f"rank{torch_rank.group('rank')}"
                 body = body[torch_rank.end():]
         if state.pyspy is not None and self._feed_pyspy(state, body, number, chunk.received_at):
             return
         while state.open:
             owner = state.open[0]
+            if owner.state in (MESSAGE, AFTER) and (
+                    speaker is not None and owner.rank is not None and owner.rank.startswith("rank")
+                    and owner.rank != speaker or grammar.GLOG_RECORD.match(body.lstrip()) is not None):
+                # Another rank's line, or a C++ logger's record: the error line before it is done.
+                self._finish(state, owner, chunk.received_at)
+                continue
             result = self._feed_builder(owner, body, number, chunk.received_at)
             if result == CONSUMED:
                 if owner.lines > self.max_lines:
@@ -306,6 +313,8 @@ class Assembler:
                 builder.chain()
             elif grammar.FRAME.match(body) or stripped == grammar.TRACEBACK_HEADER:
                 return FINISH  # the next rank's body follows without a blank line
+            elif stripped.startswith("```"):
+                return FINISH  # a report's code fence: what follows it is the reporter's, not the error's
             else:
                 builder.add_message_line(body.rstrip())
         elif stripped in grammar.CHAIN_MARKERS:

@@ -76,6 +76,10 @@ CONTAINER_PREFIX = re.compile(r"(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)? 
                               r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| [A-Z]+ +\| [\w.:-]+ \| ?)")
 # A `[rank3]:` prefix torchrun puts on every line of a rank's output.
 TORCH_RANK_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
+# A glog record of C++ code (torch's c10d, NCCL's plugins, Mooncake): `[E1201 10:15:00.000000 …`,
+# `E0414 03:56:41.856248 77969 file.cpp:173] …`. Another writer's record, never a line of a Python
+# exception's message.
+GLOG_RECORD = re.compile(r"\[?[IWEF]\d{3,4} \d\d:\d\d:\d\d\.\d+ ")
 # Lines a reporter (or a tool) put in place of frames: `...`, `[... 12 lines omitted ...]`.
 ELISION = re.compile(
     r"(?:\.{3,}|…+|\[\s*(?:\.\.\.|…)[^\]]*\]|<\s*(?:\.\.\.|…|truncated|snip)[^>]*>|"
