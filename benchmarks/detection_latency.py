@@ -6,11 +6,19 @@ Code path timed: the real `ddtreed.loop.daemon.Daemon` (built from a real config
 serves HTTP. On cue (SIGUSR2) the service writes the founding traceback of its two TP ranks (the
 last exception line in a second write) and stamps the time that write returned. The daemon does
 what it always does: `ServiceRun.pump(0.2)` (follower, assembler, milestones) → `handle_crash`:
-`RuleSet.diagnose` → the first durable write for the crash (SQLite commit, WAL, synchronous=FULL):
-`DurableStore.open_incident` for a new incident, `record_recurrence` for the next crash of an
-incident still open (policy `off` leaves it open, so within `restart_window_s` every other cue is
-one). The only addition is a probe around those two calls that notes when they returned (and
-around `handle_crash`, to know which crash a write is for). Every event is timed: on code that
+`RuleSet.diagnose` → the first write for the crash: `DurableStore.open_incident` for a new
+incident, `record_recurrence` for the next crash of an incident still open (policy `off` leaves it
+open, so within `restart_window_s` every other cue is one) → `DurableStore.make_durable`.
+
+Two points are timed, and printed apart so that neither is read for the other:
+- `detect_*`: the row COMMITTED. Since session 7 that commit is WAL `synchronous=NORMAL` (no
+  fsync): the row survives a crash or kill of the daemon, not a power cut. Up to 3c1ac62 the same
+  call committed at FULL, so there it is also the durable point.
+- `durable_*`: `make_durable()` returned (one fdatasync of the -wal): the row survives a power cut.
+  The daemon signals, stops or restarts nothing and publishes nothing before this point. On code
+  without `make_durable` (up to 3c1ac62) it is the commit itself (FULL).
+The only addition is a probe around those calls that notes when they returned (and around
+`handle_crash`, to know which crash a write is for). Every event is timed: on code that
 records a recurrence only after the stop (up to de76d0a) those events include the stop. Then
 the daemon stops the service, records, and relaunches it unchanged; the next cue follows once it
 is `running` again, after a random 0–100 ms, so that the cue lands anywhere between two paced
@@ -83,6 +91,8 @@ class Probe:
 
     def __init__(self, daemon: Daemon):
         self.commits: list[tuple[float, float, str]] = []  # (committed, earliest detected_at, kind)
+        self.durable: list[float] = []  # when the commit of the same index was made durable
+        self.syncs = getattr(daemon.store, "make_durable", None) is not None  # else: FULL commits
         self.event = threading.Event()
         self.others: list[dict] = []
         self.pending: tuple | None = None  # the crash group handle_crash is on, until its first write
@@ -102,6 +112,8 @@ class Probe:
         self._restore = lambda: setattr(daemon_module, "handle_crash", handle_crash)
         for name, kind in (("open_incident", "new"), ("record_recurrence", "recurrence")):
             self._wrap(daemon.store, name, kind)
+        if self.syncs:
+            self._wrap_sync(daemon.store)
         # Where the record part goes (wall and this thread's CPU of each call on the crash path
         # before the durable write): the diagnosis, the recurrence lookup (a read transaction).
         self.phases: dict[str, float] = {}
@@ -142,12 +154,32 @@ class Probe:
                 phases = {k: round(v, 3) for k, v in self.phases.items() if k != "entered"}
                 phases["pump_to_handle_ms"] = round((self.phases.get("entered", detected) - detected) * 1000, 3)
                 self.breakdown.append(phases)
-                self.event.set()
+                if self.syncs:
+                    self.awaiting = len(self.commits) - 1  # its make_durable() comes next
+                else:
+                    self.durable.append(self.commits[-1][0])
+                    self.event.set()
             else:
                 self.others.append({"kind": crashes[0].kind, "message": crashes[0].message[:200], "write": name})
             return result
 
         setattr(store, name, write)
+
+    def _wrap_sync(self, store) -> None:
+        original = store.make_durable
+        self.awaiting: int | None = None
+
+        def make_durable(*args, **kwargs):
+            wall = time.perf_counter()
+            result = original(*args, **kwargs)
+            if self.awaiting is not None and self.awaiting == len(self.durable):
+                self.durable.append(time.time())
+                self.breakdown[self.awaiting]["sync_ms"] = round((time.perf_counter() - wall) * 1000, 3)
+                self.awaiting = None
+                self.event.set()
+            return result
+
+        store.make_durable = make_durable
 
     def close(self) -> None:
         self._restore()
@@ -160,7 +192,7 @@ def crash_stamps(path: Path) -> list[float]:
 
 
 def measure(directory: Path, events: int, lines_per_s: float,
-            misses: list[dict], restart_window_s: float = 1.0) -> list[tuple[float, float, float, str]]:
+            misses: list[dict], restart_window_s: float = 1.0) -> list[tuple[float, float, float, str, float]]:
     """(total, read, record, kind) in seconds per event, through one daemon life."""
     config = load(write_config(directory, lines_per_s, restart_window_s))
     marks = directory / "service-events.txt"
@@ -194,6 +226,7 @@ def measure(directory: Path, events: int, lines_per_s: float,
                 print(f"detection_latency: no incident for event {index}: {misses[-1]}", file=sys.stderr)
                 continue
             committed, detected, kind = probe.commits[before]
+            durable = probe.durable[before]
             stamp_deadline = time.monotonic() + 10
             while len(crash_stamps(marks)) <= stamps_before and time.monotonic() < stamp_deadline:
                 time.sleep(0.005)
@@ -201,7 +234,8 @@ def measure(directory: Path, events: int, lines_per_s: float,
                 misses.append({"event": index, "reason": "incident without the service's crash stamp"})
                 continue
             written = crash_stamps(marks)[stamps_before]
-            samples.append((committed - written, detected - written, committed - detected, kind))
+            samples.append((committed - written, detected - written, committed - detected, kind,
+                            durable - written))
     finally:
         daemon.request_stop()
         thread.join(30)
@@ -262,9 +296,9 @@ def fsync_floor(directory: Path, events: int) -> list[float]:
     return values
 
 
-def summarise(runs: list[list[tuple[float, float, float, str]]], prefix: str) -> dict:
+def summarise(runs: list[list[tuple[float, float, float, str, float]]], prefix: str) -> dict:
     out: dict = {}
-    for index, part in ((0, "detect"), (1, "read"), (2, "record")):
+    for index, part in ((0, "detect"), (1, "read"), (2, "record"), (4, "durable")):
         per_run = [[sample[index] * 1000 for sample in run] for run in runs]
         for label, fraction in (("p50", 0.5), ("p99", 0.99)):
             values = [percentile(run, fraction) for run in per_run]
@@ -300,7 +334,16 @@ def main() -> None:
     result: dict = {"benchmark": "detection_latency",
                     "code_path": "Daemon.run in-process (ServiceRun.pump(0.2) -> handle_crash -> "
                                  "DurableStore.open_incident, or record_recurrence for a crash loop's "
-                                 "next crash), real service process, probe on both",
+                                 "next crash -> DurableStore.make_durable), real service process, probe on them",
+                    "measures": {
+                        "detect": "the crash's last traceback write -> the incident row COMMITTED "
+                                  "(WAL synchronous=NORMAL where the code has make_durable: survives a "
+                                  "kill of the daemon, not a power cut; FULL on older code)",
+                        "durable": "-> make_durable() returned (fdatasync of the -wal: survives a power "
+                                   "cut; nothing is done to the service or published before it); on "
+                                   "code without make_durable, the FULL commit itself",
+                        "read": "write -> the chunk read (the crash's detected_at)",
+                        "record": "the chunk read -> the row committed"},
                     "baseline": "bare Follower(min_read_interval_s=0) on a file another process writes: "
                                 "write -> read",
                     "events_per_run": args.events, "runs": args.runs,
@@ -332,6 +375,7 @@ def main() -> None:
             if goal is not None:
                 result[f"goal_p99_ms_{condition}"] = goal
                 result[f"goal_met_{condition}"] = result[f"detect_p99_ms_{condition}"]["median"] <= goal
+                result[f"goal_met_durable_{condition}"] = result[f"durable_p99_ms_{condition}"]["median"] <= goal
     emit(result)
 
 

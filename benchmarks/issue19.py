@@ -284,22 +284,28 @@ def _goals() -> list[Goal]:
                       "throughput", 1.1, False, "× (end / half)", "mix=worst: rss_mib_start_half_end[2] / [1]",
                       value=_rss_growth, extras={"rss_mib_end": lambda o: (pick(o, mix="worst").get(
                           "rss_mib_start_half_end") or [None, None, None])[2]}))
-    goals.append(Goal("detect_idle", "detection p99 ≤ 5 ms, 20 decode lines/s of background", "detection", 5.0,
+    goals.append(Goal("detect_idle", "detection p99 ≤ 5 ms, 20 decode lines/s of background "
+                      "(row committed; `durable_p99_ms`: synced)", "detection", 5.0,
                       False, "ms", "detect_p99_ms_idle",
                       value=lambda o: median_of(pick(o, benchmark="detection_latency").get("detect_p99_ms_idle")),
                       reference=lambda o: median_of(pick(o, benchmark="detection_latency").get(
                           "baseline_read_p99_ms_idle")),
                       reference_text="bare follower write → read p99",
                       extras={"detect_p50_ms": lambda o: median_of(pick(o).get("detect_p50_ms_idle")),
-                              "record_p99_ms": lambda o: median_of(pick(o).get("record_p99_ms_idle"))}))
-    goals.append(Goal("detect_hogs", "detection p99 ≤ 25 ms with two CPU hogs", "detection", 25.0, False, "ms",
+                              "record_p99_ms": lambda o: median_of(pick(o).get("record_p99_ms_idle")),
+                              # the row committed at NORMAL (detect) vs synced (durable): never one for the other
+                              "durable_p99_ms": lambda o: median_of(pick(o).get("durable_p99_ms_idle"))}))
+    goals.append(Goal("detect_hogs", "detection p99 ≤ 25 ms with two CPU hogs "
+                      "(row committed; `durable_p99_ms`: synced)", "detection", 25.0, False, "ms",
                       "detect_p99_ms_hogs",
                       value=lambda o: median_of(pick(o, benchmark="detection_latency").get("detect_p99_ms_hogs")),
                       reference=lambda o: median_of(pick(o, benchmark="detection_latency").get(
                           "baseline_read_p99_ms_hogs")),
                       reference_text="bare follower write → read p99",
                       extras={"detect_p50_ms": lambda o: median_of(pick(o).get("detect_p50_ms_hogs")),
-                              "record_p99_ms": lambda o: median_of(pick(o).get("record_p99_ms_hogs"))}))
+                              "record_p99_ms": lambda o: median_of(pick(o).get("record_p99_ms_hogs")),
+                              # the row committed at NORMAL (detect) vs synced (durable): never one for the other
+                              "durable_p99_ms": lambda o: median_of(pick(o).get("durable_p99_ms_hogs"))}))
     goals.append(Goal("relaunch", "crash → relaunch p50 ≤ 100 ms", "relaunch", 100.0, False, "ms",
                       "crash_to_relaunch_p50_ms",
                       value=lambda o: median_of(pick(o).get("crash_to_relaunch_p50_ms")),

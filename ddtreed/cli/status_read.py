@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from ..records import counts_summary
+from ..vocabulary import counts_summary
 from ..sqlite_readonly import open_read_only  # ddtreed.ops.status imports the vocabulary anyway
 
 BUSY_TIMEOUT_S = 5.0

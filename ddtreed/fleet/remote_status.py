@@ -99,7 +99,6 @@ def read_status(connection: Connection) -> tuple[dict[str, Any], str]:
 
 def _snapshot(sftp: paramiko.SFTPClient, path: str) -> dict[str, Any]:
     """The snapshot as `DaemonStatus.to_dict()` gives it; _Fallback for anything but a valid one."""
-    from dataclasses import fields
 
     from ..ops.status import DaemonStatus
 
@@ -114,7 +113,7 @@ def _snapshot(sftp: paramiko.SFTPClient, path: str) -> dict[str, Any]:
         raise _Fallback("snapshot is not JSON") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("pid"), int) or "state" not in raw:
         raise _Fallback("snapshot lacks pid or state")
-    known = {field.name for field in fields(DaemonStatus)}
+    known = DaemonStatus.FIELDS
     try:  # keys from a newer daemon are ignored, as `read_status` does
         return DaemonStatus(**{key: value for key, value in raw.items() if key in known}).to_dict()
     except (TypeError, ValueError):

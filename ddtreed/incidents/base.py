@@ -11,8 +11,8 @@ from typing import Any, Callable, Iterator, TypeVar
 
 
 from .lite import Database
-from .connection import (DEFAULT_BUSY_TIMEOUT_S, StoreError, connect, connect_read_only,
-                         prepare_directory, prepare_file, transaction, translate)
+from .connection import (DEFAULT_BUSY_TIMEOUT_S, StoreError, connect, connect_read_only, prepare_directory,
+                         prepare_file, relaxed, sync_wal, transaction, translate)
 from .migrations import MIGRATIONS, applied, migrate
 
 T = TypeVar("T")
@@ -26,6 +26,7 @@ class StoreBase:
         self.path = Path(path)
         self.busy_timeout_s = busy_timeout_s
         self._lock = threading.RLock()
+        self._wal_synced: tuple[int, int] | None = None  # the -wal file whose directory entry is on disk
         if not create and not self.path.exists():
             raise StoreError(f"{self.path}: no incident database here (nothing recorded yet)",
                              "missing")
@@ -64,16 +65,35 @@ class StoreBase:
         self.close()
 
     @contextlib.contextmanager
-    def atomic(self) -> Iterator[Database]:
-        """One write transaction (all or nothing); a nested call joins the outer one."""
+    def atomic(self, durable: bool = True) -> Iterator[Database]:
+        """One write transaction (all or nothing); a nested call joins the outer one.
+
+        `durable` (the default): the commit returns once the transaction is on stable storage
+        (WAL, `synchronous=FULL`: one fdatasync of the -wal file), so it survives a power cut.
+        `durable=False`: committed at `synchronous=NORMAL` (no fsync): it survives a crash or
+        kill of the daemon, not a power cut, until `make_durable()` (or any durable commit after
+        it) returns. Only the incident path uses it (see `make_durable`). A nested call takes the
+        outer transaction's durability."""
         with self._lock:
             if self.db.conn.in_transaction:
                 yield self.db
                 return
             try:
-                with transaction(self.db):
+                with relaxed(self.db, not durable), transaction(self.db):
                     yield self.db
             except (sqlite3.Error, OSError) as error:
+                raise translate(error, self.path, "write", self.busy_timeout_s) from error
+
+    def make_durable(self) -> None:
+        """Every transaction committed so far on stable storage: one fdatasync of the -wal file
+        (and one of its directory the first time this -wal file is synced here), the sync that a
+        `synchronous=FULL` commit ends with (`connection.sync_wal`). The daemon calls it after
+        the incident row (committed with `durable=False`) and before it does anything to the host
+        or tells anyone about the incident."""
+        with self._lock:
+            try:
+                self._wal_synced = sync_wal(self.path, self._wal_synced)
+            except OSError as error:
                 raise translate(error, self.path, "write", self.busy_timeout_s) from error
 
     def together(self, write: Callable[[Any], T]) -> T:

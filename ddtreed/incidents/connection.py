@@ -59,8 +59,63 @@ def connect(path: Path, busy_timeout_s: float) -> Database:
     db = DATABASE(connection)
     _switch_to_wal(db, busy_timeout_s)  # WAL: the CLI reads while the daemon writes
     db.execute("PRAGMA foreign_keys = ON")
-    # synchronous stays FULL (the WAL default here): a recorded step must survive a power cut.
+    # FULL (set, not left to the build's WAL default): a commit returns once the -wal file is
+    # synced, so a recorded step survives a power cut. `relaxed()` lowers it for one commit.
+    db.execute("PRAGMA synchronous = FULL")
     return db
+
+
+@contextlib.contextmanager
+def relaxed(db: Database, relax: bool = True) -> Iterator[None]:
+    """While inside: commits at `synchronous=NORMAL` (WAL: no fsync at commit; a crash or kill of
+    the process loses nothing committed, a power cut may lose what `sync_wal` has not synced);
+    FULL again after. Only outside a transaction (SQLite refuses the pragma inside one)."""
+    if not relax:
+        yield
+        return
+    db.conn.execute("PRAGMA synchronous = NORMAL")
+    try:
+        yield
+    finally:
+        db.conn.execute("PRAGMA synchronous = FULL")
+
+
+def sync_wal(path: Path, synced: tuple[int, int] | None) -> tuple[int, int] | None:
+    """What a `synchronous=FULL` commit does after writing its frames, for the frames committed
+    so far at NORMAL: `fdatasync` of the -wal file (any descriptor of the file flushes it), and of
+    the directory when this -wal file (device, inode) is not `synced` yet: SQLite syncs the
+    directory on a new WAL's first sync, and a NORMAL commit may be the first write to it.
+    Returns the identity of the -wal file synced (`synced` as given when there was none).
+
+    No -wal file while the store is open means the last connection's checkpoint moved every
+    frame into the database file (a checkpoint syncs the WAL before and the database after);
+    the database file is synced then (one fdatasync; it costs little and leaves no doubt)."""
+    try:
+        descriptor = os.open(f"{path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        _fdatasync(path)
+        return synced
+    try:
+        os.fdatasync(descriptor)
+        info = os.fstat(descriptor)
+    finally:
+        os.close(descriptor)
+    identity = (info.st_dev, info.st_ino)
+    if identity != synced:
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    return identity
+
+
+def _fdatasync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fdatasync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _switch_to_wal(db: Database, busy_timeout_s: float) -> None:

@@ -66,6 +66,15 @@ class DurableStore:
         self.wait = wait or time.sleep
         self.replaced = 0  # how many times the database had to be replaced (corrupt, deleted)
         self._identity = _identity(store.path)
+        self._prime()
+
+    def _prime(self) -> None:
+        """The -wal file's directory entry on disk now, at the start, so that the first
+        incident's `make_durable()` is the one fdatasync of the -wal, not that and the directory's."""
+        try:
+            self.current.make_durable()
+        except StoreError as error:  # a full or broken disk: the first write will say so, and wait
+            log.warning("incident_database_sync_failed", error=str(error))
 
     @property
     def path(self) -> Path:
@@ -122,6 +131,7 @@ class DurableStore:
         self.current = open_store(path)
         self._identity = _identity(path)
         self.replaced += 1
+        self._prime()
 
     def _close(self) -> None:
         try:

@@ -24,11 +24,12 @@ class IncidentsMixin(StoreBase):
                       context: ServiceContext | Mapping[str, Any] | None = None,
                       detected_at: float | None = None, service: str = "",
                       message: str | None = None,
-                      evidence: Mapping[str, Any] | None = None) -> int:
+                      evidence: Mapping[str, Any] | None = None, durable: bool = True) -> int:
         """Record a new incident and its `detected` step; the caller adds `diagnosed` and after.
 
         `evidence` (see `incidents.evidence`): the service's last error line, stderr tail, exit
-        code or signal and phase, kept in the `detected` step's data.
+        code or signal and phase, kept in the `detected` step's data. `durable=False`: committed
+        without the fsync (`atomic`); the caller makes it durable (`make_durable`) before acting.
         """
         if source not in SOURCES:
             raise ValueError(f"incident source must be one of {', '.join(SOURCES)}, got {source!r}")
@@ -36,7 +37,7 @@ class IncidentsMixin(StoreBase):
         row = _incident_row(source, tuple(crashes), signature, match, context, message)
         row.update(service=service, status="open", started_at=detected_at)
         summary = f"{row['exception'] or source}: {row['message'] or ''}".strip()
-        with self.atomic() as db:
+        with self.atomic(durable) as db:
             incident_id = _insert(db, "incidents", encode.clean_row(row))
             data = {"ranks": encode.loads(row["ranks"], [])}
             if evidence:
@@ -45,10 +46,12 @@ class IncidentsMixin(StoreBase):
         return incident_id
 
     def record_recurrence(self, incident_id: int, detail: str = "",
-                          evidence: Mapping[str, Any] | None = None, at: float | None = None) -> int:
-        """The same crash again after a restart: a `recurred` step; returns the count so far."""
+                          evidence: Mapping[str, Any] | None = None, at: float | None = None,
+                          durable: bool = True) -> int:
+        """The same crash again after a restart: a `recurred` step; returns the count so far.
+        `durable=False` as for `open_incident`."""
         data = {"evidence": dict(evidence)} if evidence else None
-        with self.atomic() as db:
+        with self.atomic(durable) as db:
             self._require(db, "incident", incident_id)
             self._insert_step(db, incident_id, "recurred", detail or "the same crash again",
                               data, time.time() if at is None else at)

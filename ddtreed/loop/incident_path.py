@@ -21,6 +21,7 @@ from ..ops.logsetup import incident_context
 from ..records import Application, Crash, ExitStatus, Outcome, ServiceContext, Verdict
 from ..remediation import Attempt, Engine, Launch
 from ..rules import RuleSet
+from ..service import killpoint
 from ..health.serving import evidence_of, still_answering, without_echoes
 
 log = structlog.get_logger(__name__)
@@ -91,17 +92,22 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
     diagnosis = loop.rules.diagnose(crashes, loop.context)
     store = loop.store
     detected_at = min((c.detected_at for c in crashes if c.detected_at), default=None)
-    # Recorded before anything else: the first complete traceback is an incident at once.
+    # Recorded before anything else: the first complete traceback is an incident at once. The
+    # row is committed without waiting for the disk (it survives a kill of the daemon) and made
+    # durable (one fdatasync of the WAL: it survives a power cut) before anything leaves the
+    # daemon: the status snapshot, a notification, the stop. docs/incidents.md "Durability".
     recurring = store.open_incident_for(diagnosis.signature.fingerprint,
                                         active_since=loop.clock.time() - loop.config.policy.restart_window_s)
     if recurring is None:
         incident_id = store.open_incident(
             "canary" if crashes[0].kind == "canary" else "crash", crashes, diagnosis.signature,
-            diagnosis.match, loop.context, detected_at=detected_at, service=service_name(loop))
+            diagnosis.match, loop.context, detected_at=detected_at, service=service_name(loop), durable=False)
     else:  # a crash loop of one cause: the same incident again, counted (on disk before the stop,
         incident_id = recurring  # as a new incident's row is: a crash a power cut hides is none)
         early = service_evidence(loop, crashes, exit_status, phase)
-        recurrences = store.record_recurrence(incident_id, _recurrence_detail(early), early)
+        recurrences = store.record_recurrence(incident_id, _recurrence_detail(early), early, durable=False)
+    killpoint.reached("incident:committed")  # test hook: the row committed, not yet synced
+    store.make_durable()
     loop.lifecycle.enter("crashed", "service failed")  # published once the row exists: no writes before it
     loop.lifecycle.enter("diagnosing", "service failed: diagnosing")
     loop.publish(current_incident_id=incident_id)  # at detection, not after the stop

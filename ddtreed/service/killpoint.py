@@ -4,6 +4,9 @@ deterministically instead of by a lucky delay (tests/faults/test_kill_windows.py
 outside those tests) it costs one dictionary lookup.
 
 Steps: `launch:spawned` — the service was just spawned; its pid and token are not recorded yet.
+`incident:committed` — a crash's incident row (or a crash loop's `recurred` step) is committed
+without its fsync (`synchronous=NORMAL`) and `make_durable()` has not run yet
+(tests/test_incidents_durability.py).
 """
 
 from __future__ import annotations
