@@ -3,6 +3,7 @@
 ddtreed/rules/evidence.py, in the words of the software that prints them, not of a corpus report.
 Where each phrasing comes from:
 
+- the CUDA math libraries' allocation status (CUDNN_STATUS_ALLOC_FAILED, cudnn_graph.h);
 - the CUDA runtime/driver error strings (cudaGetErrorString, cuGetErrorString) and HIP's
   (hipGetErrorString): `shared object initialization failed`, `too many resources requested for
   launch`, `too many blocks in cooperative launch`, and torch's hint after every one of them
@@ -18,7 +19,8 @@ Where each phrasing comes from:
   layers/attention/linear/kernels/gdn_flashinfer.py, disaggregation/{mooncake,nixl,ascend}/,
   distributed/device_communicators/{mooncake_transfer_engine,vmm_utils}.py,
   managers/data_parallel_controller.py, utils/common.py, platforms/__init__.py,
-  model_loader/loader.py; Mooncake's transfer engine glog lines (rdma_context.cpp, worker_pool.cpp).
+  model_loader/loader.py, multimodal/processors/mimo_audio.py,
+  layers/moe/moe_runner/flashinfer_cutlass.py; transformers' utils/chat_template_utils.py; Mooncake's transfer engine glog lines (rdma_context.cpp, worker_pool.cpp).
 
 Every text goes through `ddtreed diagnose`'s own path. Near misses (a close wording that belongs
 elsewhere) get the same category with and without the new file. None of the phrasings is a corpus
@@ -81,6 +83,7 @@ PHRASINGS = [
     ("cuda-oom", tb(TRITON, "RuntimeError: Triton Error [CUDA]: out of memory")),
     ("cuda-oom", tb(NCCL, "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.3\nncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 2 'out of memory'")),
     ("cuda-oom", tb(NCCL, "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)\nLast error:\nCuda failure 'out of memory'")),
+    ("cuda-oom", tb(FWD + ["sglang/srt/layers/attention/vision.py:forward", "torch/nn/modules/conv.py:_conv_forward"], "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED")),
     # hsa-queue-aborted-on-kernel-fault
     ("illegal-memory-access", rocm("HSA_STATUS_ERROR_ILLEGAL_INSTRUCTION", "The agent attempted to execute an illegal shader instruction.", "0x102a")),
     ("illegal-memory-access", rocm("HSA_STATUS_ERROR_MEMORY_FAULT", "Agent attempted to access an inaccessible address.", "0x2b")),
@@ -104,6 +107,10 @@ PHRASINGS = [
     ("kernel-compile-error", tb(FWD + ["sglang/srt/layers/quantization/gptq.py:apply", "sglang/srt/hardware_backend/gpu/quantization/gptq_kernels.py:_unsupported_kernel"], "RuntimeError: GPTQ CUDA kernels are unavailable on the current platform.")),
     ("kernel-compile-error", announced("RuntimeError: AWQ GPU kernels are unavailable on the current platform.")),
     ("kernel-compile-error", tb(SCHED + ["sglang/srt/layers/attention/linear/kernels/gdn_flashinfer.py:__init__"], "RuntimeError: FlashInfer GDN prefill kernel is unavailable.")),
+    # package-required-install-it: SGLang's multimodal processors, transformers' chat-template helper
+    ("missing-dependency", tb(SCHED + ["sglang/srt/managers/tokenizer_manager.py:_tokenize_one_request", "sglang/srt/multimodal/processors/mimo_audio.py:_ensure_audio_dependencies"], "RuntimeError: torchaudio is required for audio inputs; install torchaudio")),
+    ("missing-dependency", tb(SCHED + ["sglang/srt/layers/moe/moe_runner/flashinfer_cutlass.py:_flashinfer_cutlass_fused_moe"], "RuntimeError: flashinfer_cutlass MoE runner backend requires flashinfer to be installed.")),
+    ("missing-dependency", "ImportError: apply_chat_template requires jinja2 to be installed. Please install it using `pip install jinja2`."),
     # pd-transfer-engine-failed: SGLang's transfer-engine raise sites, Mooncake's glog lines
     ("nccl-error", tb(PD, "RuntimeError: Mooncake Transfer Engine initialization failed.")),
     ("nccl-error", tb(NIXL, "Exception: KVSender failed to post prepped transfer")),
