@@ -18,7 +18,8 @@ Where each phrasing comes from:
 - SGLang 0.5.16's own raise sites: hardware_backend/gpu/quantization/{gptq,awq}_kernels.py,
   layers/attention/linear/kernels/gdn_flashinfer.py, disaggregation/{mooncake,nixl,ascend}/,
   distributed/device_communicators/{mooncake_transfer_engine,vmm_utils}.py,
-  managers/data_parallel_controller.py, utils/common.py, platforms/__init__.py,
+  managers/data_parallel_controller.py, model_executor/pool_configurator.py, mem_cache/pool_host/mha.py,
+  utils/common.py, platforms/__init__.py,
   model_loader/loader.py, multimodal/processors/mimo_audio.py,
   layers/moe/moe_runner/flashinfer_cutlass.py; transformers' utils/chat_template_utils.py; Mooncake's transfer engine glog lines (rdma_context.cpp, worker_pool.cpp).
 
@@ -84,6 +85,10 @@ PHRASINGS = [
     ("cuda-oom", tb(NCCL, "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.3\nncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 2 'out of memory'")),
     ("cuda-oom", tb(NCCL, "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)\nLast error:\nCuda failure 'out of memory'")),
     ("cuda-oom", tb(FWD + ["sglang/srt/layers/attention/vision.py:forward", "torch/nn/modules/conv.py:_conv_forward"], "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED")),
+    # sglang-pool-cannot-hold-a-request: the sliding-window and host pools' sizing refusals
+    ("kv-pool-too-small", tb(SCHED + ["sglang/srt/model_executor/model_runner.py:init_memory_pool", "sglang/srt/model_executor/pool_configurator.py:calculate_pool_sizes", "sglang/srt/model_executor/pool_configurator.py:_solve_pool_sizes"], "ValueError: SWA pool (3072 tokens) cannot hold even one request: the prefill admission floor is sliding_window_size (4096) + page_size (64). Increase --swa-full-tokens-ratio or --mem-fraction-static.")),
+    ("kv-pool-too-small", tb(SCHED + ["sglang/srt/model_executor/pool_configurator.py:calculate_pool_sizes"], "RuntimeError: SWA pool cap (262144 tokens, 30.00 GiB) leaves no room for the full KV pool within the available 28.50 GiB. Reduce --max-running-requests, lower SGLANG_SWA_POOL_CAP")),
+    ("kv-pool-too-small", tb(SCHED + ["sglang/srt/mem_cache/hiradix_cache.py:__init__", "sglang/srt/mem_cache/pool_host/mha.py:__init__"], "ValueError: Not enough host memory for MiniMax index-K hierarchical cache. Requesting 412 GB but only have 180 GB free.")),
     # hsa-queue-aborted-on-kernel-fault
     ("illegal-memory-access", rocm("HSA_STATUS_ERROR_ILLEGAL_INSTRUCTION", "The agent attempted to execute an illegal shader instruction.", "0x102a")),
     ("illegal-memory-access", rocm("HSA_STATUS_ERROR_MEMORY_FAULT", "Agent attempted to access an inaccessible address.", "0x2b")),
@@ -149,6 +154,10 @@ NEAR_MISSES = [
     ("model-load-error", tb(LOAD + ["sglang/srt/model_loader/weight_utils.py:download_weights_from_hf"], "RuntimeError: Cannot find any model weights with `/models/qwen3-8b`")),
     # a missing module by name keeps the older rule (same category)
     ("missing-dependency", tb(LOAD, "ModuleNotFoundError: No module named 'modelexpress'")),
+    # the main KV pool's own refusal keeps its older rule (same category)
+    ("kv-pool-too-small", tb(SCHED + ["sglang/srt/model_executor/model_runner.py:init_memory_pool"], "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.")),
+    # a pool refusal that is an option, not a size, stays unsupported-config
+    ("unsupported-config", tb(SCHED + ["sglang/srt/mem_cache/allocator/swa.py:alloc_extend"], "NotImplementedError: PureSWATokenToKVPoolAllocator does not support page_size > 1.")),
     # no GPU in torch's words keeps the older rule
     ("no-gpu", "RuntimeError: No CUDA GPUs are available"),
 ]
