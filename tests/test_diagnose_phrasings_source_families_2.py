@@ -11,6 +11,8 @@ Where each phrasing comes from:
   which is not a device-side assert;
 - Triton's driver (`Triton Error [CUDA]: <runtime string>`), NCCL's CUDACHECK (`Cuda failure 'out of
   memory'`, src/include/checks.h);
+- torch's own size checks (bmm, narrow, indexing, resize: aten/src/ATen/native/LinearAlgebra.cpp,
+  TensorShape.cpp, IndexingUtils.h, Resize.cpp), inside a graph runner's capture or replay;
 - ROCr's hsa_status_t names (hsa.h, hsa_ext_amd.h) as HIP's rocdevice.cpp prints them;
 - MLIR's pass manager (`Failures have been detected while processing an MLIR pass pipeline`,
   `Pipeline failed while executing [...]`) and CUTLASS's CuTe DSL (`DSLRuntimeError`, `Error during
@@ -64,6 +66,9 @@ TRITON = FWD + ["sglang/srt/layers/attention/triton_ops/extend_attention.py:exte
 NCCL = FWD + ["sglang/srt/distributed/parallel_state.py:all_reduce", "sglang/srt/distributed/device_communicators/pynccl.py:all_reduce"]
 CAPTURE = SCHED + ["sglang/srt/model_executor/model_runner.py:init_device_graphs", "sglang/srt/model_executor/cuda_graph_runner.py:__init__",
                    "sglang/srt/model_executor/cuda_graph_runner.py:capture", "torch/cuda/graphs.py:__exit__"]
+REPLAY = FWD + ["sglang/srt/model_executor/cuda_graph_runner.py:replay", "sglang/srt/model_executor/cuda_graph_runner.py:replay_prepare"]
+CAPTURE_ONE = SCHED + ["sglang/srt/model_executor/model_runner.py:init_device_graphs", "sglang/srt/model_executor/cuda_graph_runner.py:__init__",
+                       "sglang/srt/model_executor/cuda_graph_runner.py:capture", "sglang/srt/model_executor/cuda_graph_runner.py:capture_one_batch_size"]
 MOE = FWD + ["sglang/srt/layers/moe/fused_moe_triton/layer.py:forward", "sgl_kernel/moe.py:moe_align_block_size"]
 CUTE = FWD + ["sglang/srt/layers/quantization/fp8_kernel.py:fp8_blockwise_gemm", "cutlass/base_dsl/dsl.py:_func"]
 PD = SCHED + ["sglang/srt/disaggregation/mooncake/conn.py:__init__", "sglang/srt/distributed/device_communicators/mooncake_transfer_engine.py:initialize"]
@@ -85,6 +90,11 @@ PHRASINGS = [
     ("cuda-oom", tb(NCCL, "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.3\nncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 2 'out of memory'")),
     ("cuda-oom", tb(NCCL, "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)\nLast error:\nCuda failure 'out of memory'")),
     ("cuda-oom", tb(FWD + ["sglang/srt/layers/attention/vision.py:forward", "torch/nn/modules/conv.py:_conv_forward"], "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED")),
+    # torch-size-check-in-graph-code: torch's bmm/narrow/index/resize checks in a graph's replay or capture
+    ("cuda-graph-shape-mismatch", tb(REPLAY, "RuntimeError: Expected size for first two dimensions of batch2 tensor to be: [16, 64] but got: [40, 64].")),
+    ("cuda-graph-shape-mismatch", tb(REPLAY, "RuntimeError: start (0) + length (40) exceeds dimension size (16).")),
+    ("cuda-graph-shape-mismatch", tb(CAPTURE_ONE, "IndexError: index 40 is out of bounds for dimension 0 with size 16")),
+    ("cuda-graph-shape-mismatch", tb(REPLAY, "RuntimeError: Trying to resize storage that is not resizable")),
     # sglang-pool-cannot-hold-a-request: the sliding-window and host pools' sizing refusals
     ("kv-pool-too-small", tb(SCHED + ["sglang/srt/model_executor/model_runner.py:init_memory_pool", "sglang/srt/model_executor/pool_configurator.py:calculate_pool_sizes", "sglang/srt/model_executor/pool_configurator.py:_solve_pool_sizes"], "ValueError: SWA pool (3072 tokens) cannot hold even one request: the prefill admission floor is sliding_window_size (4096) + page_size (64). Increase --swa-full-tokens-ratio or --mem-fraction-static.")),
     ("kv-pool-too-small", tb(SCHED + ["sglang/srt/model_executor/pool_configurator.py:calculate_pool_sizes"], "RuntimeError: SWA pool cap (262144 tokens, 30.00 GiB) leaves no room for the full KV pool within the available 28.50 GiB. Reduce --max-running-requests, lower SGLANG_SWA_POOL_CAP")),
@@ -154,6 +164,9 @@ NEAR_MISSES = [
     ("model-load-error", tb(LOAD + ["sglang/srt/model_loader/weight_utils.py:download_weights_from_hf"], "RuntimeError: Cannot find any model weights with `/models/qwen3-8b`")),
     # a missing module by name keeps the older rule (same category)
     ("missing-dependency", tb(LOAD, "ModuleNotFoundError: No module named 'modelexpress'")),
+    # the same size checks outside any graph code are not a graph's shape (an SGLang code path's bug)
+    ("other", tb(FWD + ["sglang/srt/layers/sampler.py:forward"], "IndexError: index 151936 is out of bounds for dimension 0 with size 151936")),
+    ("other", tb(FWD + ["sglang/srt/layers/attention/torch_native_backend.py:forward_extend"], "RuntimeError: start (0) + length (40) exceeds dimension size (16).")),
     # the main KV pool's own refusal keeps its older rule (same category)
     ("kv-pool-too-small", tb(SCHED + ["sglang/srt/model_executor/model_runner.py:init_memory_pool"], "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.")),
     # a pool refusal that is an option, not a size, stays unsupported-config
