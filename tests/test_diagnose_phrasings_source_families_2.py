@@ -13,6 +13,8 @@ Where each phrasing comes from:
   memory'`, src/include/checks.h);
 - torch's own size checks (bmm, narrow, indexing, resize: aten/src/ATen/native/LinearAlgebra.cpp,
   TensorShape.cpp, IndexingUtils.h, Resize.cpp), inside a graph runner's capture or replay;
+- CANN's device error strings on Ascend NPUs (`The DDR address of the MTE instruction is out of
+  range`, `MPU address access is invalid`, `fftsplus aicore error`), as torch_npu surfaces them;
 - ROCr's hsa_status_t names (hsa.h, hsa_ext_amd.h) as HIP's rocdevice.cpp prints them;
 - MLIR's pass manager (`Failures have been detected while processing an MLIR pass pipeline`,
   `Pipeline failed while executing [...]`) and CUTLASS's CuTe DSL (`DSLRuntimeError`, `Error during
@@ -102,6 +104,10 @@ PHRASINGS = [
     # hsa-queue-aborted-on-kernel-fault
     ("illegal-memory-access", rocm("HSA_STATUS_ERROR_ILLEGAL_INSTRUCTION", "The agent attempted to execute an illegal shader instruction.", "0x102a")),
     ("illegal-memory-access", rocm("HSA_STATUS_ERROR_MEMORY_FAULT", "Agent attempted to access an inaccessible address.", "0x2b")),
+    # ascend-core-memory-fault: CANN's errorStr under torch_npu's synchronisation error
+    ("illegal-memory-access", tb(FWD + ["sglang/srt/hardware_backend/npu/attention/ascend_backend.py:forward_decode", "torch_npu/npu/utils.py:synchronize"], "RuntimeError: ACL stream synchronize failed, error code:507015\n[ERROR] 2026-07-11-14:00:00 (PID:2817, Device:3, RankID:-1) ERR00100 PTA call acl api failed\nEZ9999: Inner Error!\nEZ9999: [PID: 2817] 2026-07-11-14:00:00.412.873 The DDR address of the MTE instruction is out of range.[FUNC:PrintCoreErrorInfo][FILE:device_error_core_proc.cc][LINE:281]")),
+    ("illegal-memory-access", announced("RuntimeError: NPU function error: call aclnnIndexSelect failed, error code is 507015\nEZ9999: fftsplus aicore error, error code = 0x800000")),
+    ("illegal-memory-access", "EZ9999: [PID: 2817] 2026-07-11-14:00:00.412.873 The extend info: errorcode:(0x800000, 0, 0) errorStr: MPU address access is invalid. fsmId:0, tslot:0[FUNC:ProcessStarsCoreErrorInfo][FILE:device_error_core_proc.cc][LINE:322]"),
     # kernel-module-cannot-be-loaded
     ("kernel-compile-error", tb(MOE, "RuntimeError: CUDA error: shared object initialization failed" + TORCH_HINT)),
     ("kernel-compile-error", announced("RuntimeError: HIP error: hipErrorSharedObjectInitFailed")),
@@ -167,6 +173,8 @@ NEAR_MISSES = [
     # the same size checks outside any graph code are not a graph's shape (an SGLang code path's bug)
     ("other", tb(FWD + ["sglang/srt/layers/sampler.py:forward"], "IndexError: index 151936 is out of bounds for dimension 0 with size 151936")),
     ("other", tb(FWD + ["sglang/srt/layers/attention/torch_native_backend.py:forward_extend"], "RuntimeError: start (0) + length (40) exceeds dimension size (16).")),
+    # an NPU synchronisation error with no fault string of its own is not placed by the new rule
+    ("other", tb(FWD + ["torch_npu/npu/utils.py:synchronize"], "RuntimeError: ACL stream synchronize failed, error code:507035")),
     # the main KV pool's own refusal keeps its older rule (same category)
     ("kv-pool-too-small", tb(SCHED + ["sglang/srt/model_executor/model_runner.py:init_memory_pool"], "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.")),
     # a pool refusal that is an option, not a size, stays unsupported-config
