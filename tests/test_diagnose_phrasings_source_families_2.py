@@ -13,8 +13,8 @@ Where each phrasing comes from:
   memory'`, src/include/checks.h);
 - torch's own size checks (bmm, narrow, indexing, resize: aten/src/ATen/native/LinearAlgebra.cpp,
   TensorShape.cpp, IndexingUtils.h, Resize.cpp), inside a graph runner's capture or replay;
-- CANN's device error strings on Ascend NPUs (`The DDR address of the MTE instruction is out of
-  range`, `MPU address access is invalid`, `fftsplus aicore error`), as torch_npu surfaces them;
+- CANN's device error line on Ascend NPUs (`EZ9999: fftsplus aicore error, error code = …`), as
+  torch_npu surfaces it;
 - ROCr's hsa_status_t names (hsa.h, hsa_ext_amd.h) as HIP's rocdevice.cpp prints them;
 - MLIR's pass manager (`Failures have been detected while processing an MLIR pass pipeline`,
   `Pipeline failed while executing [...]`) and CUTLASS's CuTe DSL (`DSLRuntimeError`, `Error during
@@ -107,7 +107,7 @@ PHRASINGS = [
     # ascend-core-memory-fault: CANN's errorStr under torch_npu's synchronisation error
     ("illegal-memory-access", tb(FWD + ["sglang/srt/hardware_backend/npu/attention/ascend_backend.py:forward_decode", "torch_npu/npu/utils.py:synchronize"], "RuntimeError: ACL stream synchronize failed, error code:507015\n[ERROR] 2026-07-11-14:00:00 (PID:2817, Device:3, RankID:-1) ERR00100 PTA call acl api failed\nEZ9999: Inner Error!\nEZ9999: [PID: 2817] 2026-07-11-14:00:00.412.873 The DDR address of the MTE instruction is out of range.[FUNC:PrintCoreErrorInfo][FILE:device_error_core_proc.cc][LINE:281]")),
     ("illegal-memory-access", announced("RuntimeError: NPU function error: call aclnnIndexSelect failed, error code is 507015\nEZ9999: fftsplus aicore error, error code = 0x800000")),
-    ("illegal-memory-access", "EZ9999: [PID: 2817] 2026-07-11-14:00:00.412.873 The extend info: errorcode:(0x800000, 0, 0) errorStr: MPU address access is invalid. fsmId:0, tslot:0[FUNC:ProcessStarsCoreErrorInfo][FILE:device_error_core_proc.cc][LINE:322]"),
+    ("illegal-memory-access", "EZ9999: [PID: 2817] 2026-07-11-14:00:00.412.873 fftsplus aicore error, error code = 0x800000[FUNC:ProcessStarsCoreErrorInfo][FILE:device_error_core_proc.cc][LINE:303]"),
     # kernel-module-cannot-be-loaded
     ("kernel-compile-error", tb(MOE, "RuntimeError: CUDA error: shared object initialization failed" + TORCH_HINT)),
     ("kernel-compile-error", announced("RuntimeError: HIP error: hipErrorSharedObjectInitFailed")),
