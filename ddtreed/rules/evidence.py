@@ -118,9 +118,11 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"(?:arch|architecture|compute capability)|OutOfResources|out of resource|CUDA_HOME|nvrtc|NVRTC"
         r"|named symbol not found|Command '\['[^']*(?:gcc|g\+\+|cc|nvcc|ninja|c\+\+)'"
         r"|hipErrorNoBinaryForGpu|Unable to find code object for all current devices"),
+    # `device-side assert triggered`, never the "Compile with `TORCH_USE_CUDA_DSA` to enable
+    # device-side assertions." hint torch appends to every CUDA/HIP error it reports.
     "illegal-memory": (
         r"illegal memory access|misaligned address|illegal instruction|Memory access fault by GPU"
-        r"|device-side assert|unspecified launch failure|HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION"
+        r"|device-side assert(?:ion)? (?:triggered|failed)|unspecified launch failure|HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION"
         r"|HSA_STATUS_ERROR_EXCEPTION|page fault|cudaErrorIllegal\w+|(?:IndexKernel|Indexing|ScatterGatherKernel)\.cu"
         r"|cudaErrorLaunchFailure|CUDA_ERROR_ILLEGAL_ADDRESS|CUDA_ERROR_LAUNCH_FAILED"
         r"|(?i:out of bounds? tensor access)|index out of bounds"
