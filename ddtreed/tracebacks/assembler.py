@@ -100,12 +100,11 @@ class Assembler:
             data = scan.encode(text)
         first_hit = -2
         if not state.busy:
-            match = scan.ANY_NEEDLE.search(data)
-            if match is None:
+            first_hit = scan.find_any(data)
+            if first_hit < 0:
                 return  # the fast path: one pass of the automaton, no per-line work (none decoded)
-            first_hit = match.start()
         previous = -1
-        every_line = _level_open(state) or scan.LEVEL_TRACEBACK.search(data) is not None
+        every_line = _level_open(state) or scan.find_level_traceback(data) >= 0
         starts = None
         if every_line or text is not None or state.busy:
             # A traceback in progress reads most lines (every body line): split them all at once.
