@@ -48,6 +48,14 @@ _STRICT_DECODE = re.compile(
     r"Decode batch, #running-req: [0-9]+, #token: [0-9]+, token usage: [0-9]+\.[0-9]+, "
     r"(?:accept len: ([0-9]+\.[0-9]+), accept rate: [0-9]+\.[0-9]+, )?cuda graph: (True|False), "
     r"gen throughput \(token/s\): [0-9]+\.[0-9]+, #queue-req: [0-9]+$", re.MULTILINE)
+# The same over a follower's block of bytes (`BlockChunk.block`: no decoding of the chunk), and with
+# the accept length alone, for the chunks without an eager decode line (`_EAGER_MARK` nowhere in
+# them: every strict line then says `cuda graph: True`).
+_STRICT_DECODE_BYTES = re.compile(_STRICT_DECODE.pattern.encode(), re.MULTILINE)
+_STRICT_ACCEPT_BYTES = re.compile(_STRICT_DECODE.pattern.replace("(True|False)", "(?:True|False)").encode(),
+                                  re.MULTILINE)
+_DECODE_MARK_BYTES = _DECODE_MARK.encode()
+_EAGER_MARK = b"cuda graph: False, gen throughput"
 
 
 @dataclass(frozen=True)
@@ -115,21 +123,30 @@ def _field(line: str, start: int, key: str) -> str | None:
 
 class _DecodeLines:
     """The text of a chunk's decode line by its ordinal (of `count`, each line one mark), found
-    from the chunk's end when asked: the lines wanted are the last few, but for an event."""
+    from the chunk's end when asked: the lines wanted are the last few, but for an event. `text`
+    is the chunk's text or its bytes (a BlockChunk's block: each line decoded from its own bytes,
+    which is that line of the decoded text, ddtreed.logs.follower)."""
 
-    def __init__(self, text: str, count: int):
+    def __init__(self, text: str | bytes, count: int):
         self._text, self._count = text, count
         self._marks: list[int] = []  # where the marks are, from the last one backwards
         self._before = len(text)
+        self._bytes = isinstance(text, bytes)
 
     def text(self, ordinal: int) -> str:
         back = self._count - 1 - ordinal
+        data = self._text
+        if self._bytes:
+            mark, newline = _DECODE_MARK_BYTES, b"\n"
+        else:
+            mark, newline = _DECODE_MARK, "\n"  # type: ignore[assignment]
         while len(self._marks) <= back:
-            self._before = self._text.rfind(_DECODE_MARK, 0, self._before)
+            self._before = data.rfind(mark, 0, self._before)  # type: ignore[arg-type]
             self._marks.append(self._before)
         at = self._marks[back]
-        start, end = self._text.rfind("\n", 0, at) + 1, self._text.find("\n", at)
-        return self._text[start:] if end < 0 else self._text[start:end]
+        start, end = data.rfind(newline, 0, at) + 1, data.find(newline, at)  # type: ignore[arg-type]
+        line = data[start:] if end < 0 else data[start:end]
+        return line.decode("utf-8", "replace") if isinstance(line, bytes) else line
 
 
 def _int(text: str | None) -> int | None:
@@ -233,13 +250,30 @@ class ServingWatch:
         the chunk and a run of healthy lines costs no per-line Python (`_feed_fields`); otherwise
         `str.find` finds them and `decode_fields` reads them (`_feed_lines`). Same state, same
         events (tests/test_serving_feed_fields.py)."""
+        block = getattr(chunk, "block", None)  # a follower's BlockChunk: read its bytes, undecoded
+        if block is not None:
+            count = block.count(_DECODE_MARK_BYTES)
+            if not count:
+                return []
+            accepts: Sequence[Any]
+            if _EAGER_MARK not in block:
+                accepts = _STRICT_ACCEPT_BYTES.findall(block)
+                if len(accepts) == count:
+                    return self._feed_fields(block, accepts, ())
+            else:
+                fields = _STRICT_DECODE_BYTES.findall(block)
+                if len(fields) == count:
+                    accepts, graphs = zip(*fields)
+                    return self._feed_fields(block, accepts, graphs)
+            return self._feed_lines(chunk.text or "\n".join(chunk.lines))
         text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
         count = text.count(_DECODE_MARK)
         if not count:
             return []
-        fields = _STRICT_DECODE.findall(text)
-        if len(fields) == count:
-            return self._feed_fields(text, fields)
+        found = _STRICT_DECODE.findall(text)
+        if len(found) == count:
+            accepts, graphs = zip(*found)
+            return self._feed_fields(text, accepts, graphs)
         return self._feed_lines(text)
 
     def _feed_lines(self, text: str) -> list[ServingEvent]:
@@ -257,27 +291,29 @@ class ServingWatch:
             at = text.find(_DECODE_MARK, end)
         return events
 
-    def _feed_fields(self, text: str, fields: list[tuple[str, str]]) -> list[ServingEvent]:
-        """`fields`: (accept len or "", "True" or "False") of each decode line of `text`, in order,
-        every one of them a `_STRICT_DECODE` line. Does what `_decode` on each line in turn does.
+    def _feed_fields(self, text: str | bytes, accepts: Sequence[str | bytes],
+                     graphs: Sequence[str | bytes]) -> list[ServingEvent]:
+        """`accepts`, `graphs`: accept len (or empty) and "True" or "False" of each decode line of
+        `text` (or bytes), in order, every one of them a `_STRICT_DECODE` line; no `graphs` when
+        every line says True. Does what `_decode` on each line in turn does.
 
         A line's effects: `cuda graph: True` counts and ends the run of eager lines; `False`, after
         a capture, extends it (the per-line path then, where an eager fallback is under way); an
         accept length ends the run of low ones or, below the collapse threshold, extends it. So a
         chunk's outcome is the run lengths at its end, and an event where a run first reaches its
         length: both found in the bytes of the lines' flags, without a loop over the lines."""
-        accepts, graphs = zip(*fields)
-        if (self.captured_graphs and "False" in graphs) or self.settings.collapse_lines < 1:
-            return self._feed_lines(text)
-        lines = _DecodeLines(text, len(fields))
+        false = "False" if isinstance(text, str) else b"False"
+        if (self.captured_graphs and false in graphs) or self.settings.collapse_lines < 1:
+            return self._feed_lines(text if isinstance(text, str) else text.decode("utf-8", "replace"))
+        lines = _DecodeLines(text, len(accepts))
         events: list[ServingEvent] = []
-        true_lines = graphs.count("True")
+        true_lines = len(accepts) - graphs.count(false) if graphs else len(accepts)
         self._graph_lines += true_lines
         if true_lines:
             self._eager.clear()
-        self._last_line = lines.text(len(fields) - 1)
+        self._last_line = lines.text(len(accepts) - 1)
         ordinals: Sequence[int] = range(len(accepts))
-        if "" in accepts:  # some lines without an accept length: those have no effect on it
+        if not all(accepts):  # some lines without an accept length: those have no effect on it
             ordinals = [index for index, value in enumerate(accepts) if value]
             values = [float(accepts[index]) for index in ordinals]
         else:
