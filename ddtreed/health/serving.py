@@ -121,6 +121,22 @@ def _field(line: str, start: int, key: str) -> str | None:
     return value or None
 
 
+_LOW_OF_MAX = 4096  # accept lengths as printed (`4.97`) remembered, per threshold
+
+
+class _LowOf(dict):
+    """An accept length as printed (str or bytes) -> 1 when `float` of it is below `threshold`,
+    else 0; computed once per distinct text (SGLang prints two decimals: a few hundred of them)."""
+
+    def __init__(self, threshold: float):
+        super().__init__()
+        self.threshold = threshold
+
+    def __missing__(self, value: str | bytes) -> int:
+        low = self[value] = int(float(value) < self.threshold)
+        return low
+
+
 class _DecodeLines:
     """The text of a chunk's decode line by its ordinal (of `count`, each line one mark), found
     from the chunk's end when asked: the lines wanted are the last few, but for an event. `text`
@@ -238,6 +254,7 @@ class ServingWatch:
         self._result: HealthResult | None = None
         self._last_line: str | None = None
         self.decode_accept: float | None = None  # the latest decode line's accept length
+        self._low_of = _LowOf(float("nan"))
 
     @property
     def last_decode(self) -> DecodeStats | None:
@@ -313,18 +330,21 @@ class ServingWatch:
             self._eager.clear()
         self._last_line = lines.text(len(accepts) - 1)
         ordinals: Sequence[int] = range(len(accepts))
+        values = accepts  # the accept lengths as printed
         if not all(accepts):  # some lines without an accept length: those have no effect on it
             ordinals = [index for index, value in enumerate(accepts) if value]
-            values = [float(accepts[index]) for index in ordinals]
-        else:
-            values = list(map(float, accepts))
+            values = [accepts[index] for index in ordinals]
         if not values:
             return events
-        self.decode_accept = values[-1]
+        self.decode_accept = float(values[-1])
         if not self.baseline:
             return events
         threshold = self.baseline * self.settings.collapse_fraction
-        low = bytes(map(threshold.__gt__, values))  # 1 where the line's accept length is low
+        if self._low_of.threshold != threshold:
+            self._low_of = _LowOf(threshold)
+        elif len(self._low_of) > _LOW_OF_MAX:
+            self._low_of.clear()
+        low = bytes(map(self._low_of.__getitem__, values))  # 1 where the line's accept length is low
         wanted = self.settings.collapse_lines
         carried = len(self._low)
         if ACCEPTANCE_COLLAPSE not in self._reported:
@@ -334,7 +354,7 @@ class ServingWatch:
                 run = self._low[at:] + [lines.text(ordinals[index])
                                         for index in range(max(0, at - carried), last + 1)]
                 self._reported.add(ACCEPTANCE_COLLAPSE)
-                events.append(self._collapse(values[last], run))
+                events.append(self._collapse(float(values[last]), run))
         cleared = low.rfind(b"\x00")
         if cleared >= 0:
             self._low.clear()
