@@ -90,7 +90,8 @@ LEVEL_TRACEBACK = _compile(rb"ERROR: (?:   )?Traceback")
 # The newline before an untagged line (one that does not start with `[` and a digit); an empty
 # or `[` last line has no character after it and is checked apart.
 NEWLINE_BEFORE_UNTAGGED = _compile(rb"\n(?:[^\[]|\[[^0-9])")
-find_any, find_tagged = _finder(ANY_NEEDLE), _finder(TAGGED_NEEDLE)
+IDLE_NEEDLE = _compile(_alternation(IDLE_NEEDLES))
+find_any, find_tagged, find_idle = _finder(ANY_NEEDLE), _finder(TAGGED_NEEDLE), _finder(IDLE_NEEDLE)
 find_level_traceback, _find_newline_before_untagged = _finder(LEVEL_TRACEBACK), _finder(NEWLINE_BEFORE_UNTAGGED)
 
 
