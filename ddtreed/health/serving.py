@@ -48,14 +48,12 @@ _STRICT_DECODE = re.compile(
     r"Decode batch, #running-req: [0-9]+, #token: [0-9]+, token usage: [0-9]+\.[0-9]+, "
     r"(?:accept len: ([0-9]+\.[0-9]+), accept rate: [0-9]+\.[0-9]+, )?cuda graph: (True|False), "
     r"gen throughput \(token/s\): [0-9]+\.[0-9]+, #queue-req: [0-9]+$", re.MULTILINE)
-# The same over a follower's block of bytes (`BlockChunk.block`: no decoding of the chunk), and with
-# the accept length alone, for the chunks without an eager decode line (`_EAGER_MARK` nowhere in
-# them: every strict line then says `cuda graph: True`).
-_STRICT_DECODE_BYTES = re.compile(_STRICT_DECODE.pattern.encode(), re.MULTILINE)
-_STRICT_ACCEPT_BYTES = re.compile(_STRICT_DECODE.pattern.replace("(True|False)", "(?:True|False)").encode(),
-                                  re.MULTILINE)
+# The same over a follower's block of bytes (`BlockChunk.block`: no decoding of the chunk), where
+# every "Decode batch, " is one match of `_EVERY_DECODE_BYTES`: the strict line's two groups where
+# the line is strict, two empty groups where it is not (the strict rest cannot hold another mark).
+_EVERY_DECODE_BYTES = re.compile(_STRICT_DECODE.pattern.replace(_DECODE_MARK, _DECODE_MARK + "(?:", 1)
+                                 .encode() + b"|)", re.MULTILINE)
 _DECODE_MARK_BYTES = _DECODE_MARK.encode()
-_EAGER_MARK = b"cuda graph: False, gen throughput"
 
 
 @dataclass(frozen=True)
@@ -269,19 +267,12 @@ class ServingWatch:
         events (tests/test_serving_feed_fields.py)."""
         block = getattr(chunk, "block", None)  # a follower's BlockChunk: read its bytes, undecoded
         if block is not None:
-            count = block.count(_DECODE_MARK_BYTES)
-            if not count:
+            fields = _EVERY_DECODE_BYTES.findall(block)  # one per mark: no count of them first
+            if not fields:
                 return []
-            accepts: Sequence[Any]
-            if _EAGER_MARK not in block:
-                accepts = _STRICT_ACCEPT_BYTES.findall(block)
-                if len(accepts) == count:
-                    return self._feed_fields(block, accepts, ())
-            else:
-                fields = _STRICT_DECODE_BYTES.findall(block)
-                if len(fields) == count:
-                    accepts, graphs = zip(*fields)
-                    return self._feed_fields(block, accepts, graphs)
+            accepts, graphs = zip(*fields)
+            if b"" not in graphs:  # every decode line is strict
+                return self._feed_fields(block, accepts, graphs)
             return self._feed_lines(chunk.text or "\n".join(chunk.lines))
         text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
         count = text.count(_DECODE_MARK)
@@ -311,8 +302,8 @@ class ServingWatch:
     def _feed_fields(self, text: str | bytes, accepts: Sequence[str | bytes],
                      graphs: Sequence[str | bytes]) -> list[ServingEvent]:
         """`accepts`, `graphs`: accept len (or empty) and "True" or "False" of each decode line of
-        `text` (or bytes), in order, every one of them a `_STRICT_DECODE` line; no `graphs` when
-        every line says True. Does what `_decode` on each line in turn does.
+        `text` (or bytes), in order, every one of them a `_STRICT_DECODE` line. Does what `_decode`
+        on each line in turn does.
 
         A line's effects: `cuda graph: True` counts and ends the run of eager lines; `False`, after
         a capture, extends it (the per-line path then, where an eager fallback is under way); an
@@ -324,7 +315,7 @@ class ServingWatch:
             return self._feed_lines(text if isinstance(text, str) else text.decode("utf-8", "replace"))
         lines = _DecodeLines(text, len(accepts))
         events: list[ServingEvent] = []
-        true_lines = len(accepts) - graphs.count(false) if graphs else len(accepts)
+        true_lines = len(accepts) - graphs.count(false)
         self._graph_lines += true_lines
         if true_lines:
             self._eager.clear()
