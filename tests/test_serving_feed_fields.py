@@ -1,5 +1,7 @@
 """The serving watch reads a chunk's decode lines with one `findall` and no per-line loop when every
-one is SGLang's line as printed (issue 19: the daemon's path while it serves). What it sees must be
+one is SGLang's line as printed (issue 19: the daemon's path while it serves), over the follower's
+bytes when it hands a BlockChunk (every fourth chunk here), with the accept length alone when no
+decode line says `cuda graph: False`. What it sees must be
 what the line-by-line reading sees: the same events (kind, detail, evidence, data), the same last
 line, accept length, graph count and runs, on real SGLang 0.5.16 output, the benchmark mixes and
 generated streams of healthy, low, eager and odd decode lines, in chunks of any size."""
@@ -16,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddtreed.health.serving import ServingSettings, ServingWatch, _STRICT_DECODE
+from ddtreed.logs.follower import BlockChunk
 from ddtreed.records import LogChunk
 
 HERE = Path(__file__).parent
@@ -57,7 +60,11 @@ def feed_both(lines: list[str], sizes, **options) -> tuple[int, int]:
         size = max(1, sizes[chunks % len(sizes)])
         part = tuple(lines[at:at + size])
         at += size
-        chunk = LogChunk("s", at, part, 0.0, text="\n".join(part) if chunks % 3 else None)
+        raw = "\n".join(part).encode("utf-8", "surrogateescape")
+        if chunks % 4 == 3 and b"\r\n" not in raw and b"\x00" not in raw:
+            chunk: LogChunk = BlockChunk.of("s", at, raw, 0.0)  # as the follower hands it: bytes
+        else:
+            chunk = LogChunk("s", at, part, 0.0, text="\n".join(part) if chunks % 3 else None)
         got, want = fast.feed(chunk), reference.feed(chunk)
         assert events(got) == events(want), f"chunk {chunks}"
         assert state(fast) == state(reference), f"chunk {chunks}"
@@ -126,7 +133,9 @@ entries = st.one_of(
               st.sampled_from(["True", "True", "True", "False", "Maybe"]), st.integers(0, 7),
               st.sampled_from([None] * 12 + ["tail", "cr", "twice", "prefix", "loose"])),
     st.sampled_from(["[2026-12-01 07:54:47 TP0] Prefill batch, #new-seq: 1, cuda graph: False",
-                     "noise, cuda graph: False, accept len: 0.1", "", "  File \"x.py\", line 1, in f"]),
+                     "noise, cuda graph: False, accept len: 0.1", "", "  File \"x.py\", line 1, in f",
+                     "noise, cuda graph: False, gen throughput (token/s): 1.00, #queue-req: 0",
+                     "\udcff\udcfe invalid UTF-8 é, Decode batch, accept len: 0.10, cuda graph: True"]),
 )
 
 

@@ -34,6 +34,10 @@ _WIDTH = re.compile(r"num_tokens_per_(?:req|bs)=(\d+)")
 _BIND_FAILED = re.compile(r"\[Errno (?:98|13)\] error while attempting to bind on address")
 _NEEDLES = ("Load weight", "KV Cache is allocated", "Memory pool end", "CUDA graph",
             "cuda graph", "max_total_num_tokens=", "ready to roll", "error while attempting to bind")
+# The lines `_match` can act on: each holds one of these (`_CAPTURE` ignores case). A chunk's other
+# lines are never looked at (a startup of NCCL and tqdm chatter, a decode line now and then).
+_LINE_NEEDLES = re.compile(r"(?i:cuda graph)|Load weight|KV Cache is allocated|Memory pool end|"
+                           r"max_total_num_tokens=|ready to roll|error while attempting to bind")
 
 
 class MilestoneTracker:
@@ -76,10 +80,15 @@ class MilestoneTracker:
         if not any(needle in joined for needle in _NEEDLES):
             return []
         found = []
-        for line in chunk.lines:
-            milestone = self._match(line, chunk.received_at)
+        hit = _LINE_NEEDLES.search(joined)
+        while hit is not None:  # each line holding a needle, in order, once
+            start = joined.rfind("\n", 0, hit.start()) + 1
+            end = joined.find("\n", hit.end())
+            end = len(joined) if end < 0 else end
+            milestone = self._match(joined[start:end], chunk.received_at)
             if milestone is not None:
                 found.append(milestone)
+            hit = _LINE_NEEDLES.search(joined, end + 1)
         return found
 
     def _match(self, line: str, at: float) -> Milestone | None:

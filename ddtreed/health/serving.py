@@ -48,6 +48,12 @@ _STRICT_DECODE = re.compile(
     r"Decode batch, #running-req: [0-9]+, #token: [0-9]+, token usage: [0-9]+\.[0-9]+, "
     r"(?:accept len: ([0-9]+\.[0-9]+), accept rate: [0-9]+\.[0-9]+, )?cuda graph: (True|False), "
     r"gen throughput \(token/s\): [0-9]+\.[0-9]+, #queue-req: [0-9]+$", re.MULTILINE)
+# The same over a follower's block of bytes (`BlockChunk.block`: no decoding of the chunk), where
+# every "Decode batch, " is one match of `_EVERY_DECODE_BYTES`: the strict line's two groups where
+# the line is strict, two empty groups where it is not (the strict rest cannot hold another mark).
+_EVERY_DECODE_BYTES = re.compile(_STRICT_DECODE.pattern.replace(_DECODE_MARK, _DECODE_MARK + "(?:", 1)
+                                 .encode() + b"|)", re.MULTILINE)
+_DECODE_MARK_BYTES = _DECODE_MARK.encode()
 
 
 @dataclass(frozen=True)
@@ -113,23 +119,48 @@ def _field(line: str, start: int, key: str) -> str | None:
     return value or None
 
 
+_LOW_OF_MAX = 4096  # accept lengths as printed (`4.97`) remembered, per threshold
+
+
+class _LowOf(dict):
+    """An accept length as printed (str or bytes) -> 1 when `float` of it is below `threshold`,
+    else 0; computed once per distinct text (SGLang prints two decimals: a few hundred of them)."""
+
+    def __init__(self, threshold: float):
+        super().__init__()
+        self.threshold = threshold
+
+    def __missing__(self, value: str | bytes) -> int:
+        low = self[value] = int(float(value) < self.threshold)
+        return low
+
+
 class _DecodeLines:
     """The text of a chunk's decode line by its ordinal (of `count`, each line one mark), found
-    from the chunk's end when asked: the lines wanted are the last few, but for an event."""
+    from the chunk's end when asked: the lines wanted are the last few, but for an event. `text`
+    is the chunk's text or its bytes (a BlockChunk's block: each line decoded from its own bytes,
+    which is that line of the decoded text, ddtreed.logs.follower)."""
 
-    def __init__(self, text: str, count: int):
+    def __init__(self, text: str | bytes, count: int):
         self._text, self._count = text, count
         self._marks: list[int] = []  # where the marks are, from the last one backwards
         self._before = len(text)
+        self._bytes = isinstance(text, bytes)
 
     def text(self, ordinal: int) -> str:
         back = self._count - 1 - ordinal
+        data = self._text
+        if self._bytes:
+            mark, newline = _DECODE_MARK_BYTES, b"\n"
+        else:
+            mark, newline = _DECODE_MARK, "\n"  # type: ignore[assignment]
         while len(self._marks) <= back:
-            self._before = self._text.rfind(_DECODE_MARK, 0, self._before)
+            self._before = data.rfind(mark, 0, self._before)  # type: ignore[arg-type]
             self._marks.append(self._before)
         at = self._marks[back]
-        start, end = self._text.rfind("\n", 0, at) + 1, self._text.find("\n", at)
-        return self._text[start:] if end < 0 else self._text[start:end]
+        start, end = data.rfind(newline, 0, at) + 1, data.find(newline, at)  # type: ignore[arg-type]
+        line = data[start:] if end < 0 else data[start:end]
+        return line.decode("utf-8", "replace") if isinstance(line, bytes) else line
 
 
 def _int(text: str | None) -> int | None:
@@ -221,6 +252,7 @@ class ServingWatch:
         self._result: HealthResult | None = None
         self._last_line: str | None = None
         self.decode_accept: float | None = None  # the latest decode line's accept length
+        self._low_of = _LowOf(float("nan"))
 
     @property
     def last_decode(self) -> DecodeStats | None:
@@ -233,13 +265,23 @@ class ServingWatch:
         the chunk and a run of healthy lines costs no per-line Python (`_feed_fields`); otherwise
         `str.find` finds them and `decode_fields` reads them (`_feed_lines`). Same state, same
         events (tests/test_serving_feed_fields.py)."""
+        block = getattr(chunk, "block", None)  # a follower's BlockChunk: read its bytes, undecoded
+        if block is not None:
+            fields = _EVERY_DECODE_BYTES.findall(block)  # one per mark: no count of them first
+            if not fields:
+                return []
+            accepts, graphs = zip(*fields)
+            if b"" not in graphs:  # every decode line is strict
+                return self._feed_fields(block, accepts, graphs)
+            return self._feed_lines(chunk.text or "\n".join(chunk.lines))
         text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
         count = text.count(_DECODE_MARK)
         if not count:
             return []
-        fields = _STRICT_DECODE.findall(text)
-        if len(fields) == count:
-            return self._feed_fields(text, fields)
+        found = _STRICT_DECODE.findall(text)
+        if len(found) == count:
+            accepts, graphs = zip(*found)
+            return self._feed_fields(text, accepts, graphs)
         return self._feed_lines(text)
 
     def _feed_lines(self, text: str) -> list[ServingEvent]:
@@ -257,38 +299,43 @@ class ServingWatch:
             at = text.find(_DECODE_MARK, end)
         return events
 
-    def _feed_fields(self, text: str, fields: list[tuple[str, str]]) -> list[ServingEvent]:
-        """`fields`: (accept len or "", "True" or "False") of each decode line of `text`, in order,
-        every one of them a `_STRICT_DECODE` line. Does what `_decode` on each line in turn does.
+    def _feed_fields(self, text: str | bytes, accepts: Sequence[str | bytes],
+                     graphs: Sequence[str | bytes]) -> list[ServingEvent]:
+        """`accepts`, `graphs`: accept len (or empty) and "True" or "False" of each decode line of
+        `text` (or bytes), in order, every one of them a `_STRICT_DECODE` line. Does what `_decode`
+        on each line in turn does.
 
         A line's effects: `cuda graph: True` counts and ends the run of eager lines; `False`, after
         a capture, extends it (the per-line path then, where an eager fallback is under way); an
         accept length ends the run of low ones or, below the collapse threshold, extends it. So a
         chunk's outcome is the run lengths at its end, and an event where a run first reaches its
         length: both found in the bytes of the lines' flags, without a loop over the lines."""
-        accepts, graphs = zip(*fields)
-        if (self.captured_graphs and "False" in graphs) or self.settings.collapse_lines < 1:
-            return self._feed_lines(text)
-        lines = _DecodeLines(text, len(fields))
+        false = "False" if isinstance(text, str) else b"False"
+        if (self.captured_graphs and false in graphs) or self.settings.collapse_lines < 1:
+            return self._feed_lines(text if isinstance(text, str) else text.decode("utf-8", "replace"))
+        lines = _DecodeLines(text, len(accepts))
         events: list[ServingEvent] = []
-        true_lines = graphs.count("True")
+        true_lines = len(accepts) - graphs.count(false)
         self._graph_lines += true_lines
         if true_lines:
             self._eager.clear()
-        self._last_line = lines.text(len(fields) - 1)
+        self._last_line = lines.text(len(accepts) - 1)
         ordinals: Sequence[int] = range(len(accepts))
-        if "" in accepts:  # some lines without an accept length: those have no effect on it
+        values = accepts  # the accept lengths as printed
+        if not all(accepts):  # some lines without an accept length: those have no effect on it
             ordinals = [index for index, value in enumerate(accepts) if value]
-            values = [float(accepts[index]) for index in ordinals]
-        else:
-            values = list(map(float, accepts))
+            values = [accepts[index] for index in ordinals]
         if not values:
             return events
-        self.decode_accept = values[-1]
+        self.decode_accept = float(values[-1])
         if not self.baseline:
             return events
         threshold = self.baseline * self.settings.collapse_fraction
-        low = bytes(map(threshold.__gt__, values))  # 1 where the line's accept length is low
+        if self._low_of.threshold != threshold:
+            self._low_of = _LowOf(threshold)
+        elif len(self._low_of) > _LOW_OF_MAX:
+            self._low_of.clear()
+        low = bytes(map(self._low_of.__getitem__, values))  # 1 where the line's accept length is low
         wanted = self.settings.collapse_lines
         carried = len(self._low)
         if ACCEPTANCE_COLLAPSE not in self._reported:
@@ -298,7 +345,7 @@ class ServingWatch:
                 run = self._low[at:] + [lines.text(ordinals[index])
                                         for index in range(max(0, at - carried), last + 1)]
                 self._reported.add(ACCEPTANCE_COLLAPSE)
-                events.append(self._collapse(values[last], run))
+                events.append(self._collapse(float(values[last]), run))
         cleared = low.rfind(b"\x00")
         if cleared >= 0:
             self._low.clear()

@@ -7,7 +7,6 @@ lines (and, while a traceback is in progress, every untagged line) get per-line 
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from dataclasses import dataclass, field, replace
 
@@ -26,10 +25,24 @@ log = structlog.get_logger(__name__)
 MAX_READY_GROUPS = 2
 CONTEXT_LOOKBACK = 8  # lines before a traceback header searched for warnings that explain it
 CONSUMED, FINISH, SKIPPED = "consumed", "finish", "skipped"
+MAX_IDLE_EFFECTS = 1024  # distinct idle lines remembered (forgotten all at once when full)
+MAX_IDLE_KEY = 1024  # longer lines are not remembered
+_UNSET = object()  # an idle line that left the torch rank as it was
 MIN_ORPHAN_FRAMES = 2  # frames of a headerless paste cut before its exception line that make it a crash
 # An untagged line outside a traceback without any of these (NCCL INFO chatter, tqdm bars) costs
 # this one search in `_idle_line` (with no C++ abort waiting for its what() line).
-_IDLE_GATE = re.compile("|".join(re.escape(needle) for needle in sorted(set(scan.IDLE_NEEDLES), key=len, reverse=True)))
+class _IdleGate:
+    """`search(line)`: truthy when the line holds an idle needle, else None (as `re.search`). One RE2
+    pass over its UTF-8 bytes, ~1 µs; Python's `re` alternation of the ~60 needles took ~5 µs a
+    line (a device-assert flood passes every line through it). An ASCII needle is in the text
+    exactly when it is in its bytes (UTF-8 never puts an ASCII byte inside a multi-byte character)."""
+
+    @staticmethod
+    def search(line: str) -> bool | None:
+        return True if scan.find_idle(line.encode("utf-8", "surrogatepass")) >= 0 else None
+
+
+_IDLE_GATE = _IdleGate()
 
 
 @dataclass
@@ -70,6 +83,12 @@ class Assembler:
         self._dropped = 0  # crashes of groups dropped since the last take()
         self._current: tuple[LogChunk, object] | None = None  # the chunk being fed, its lines by index
         self._comm = native_lines.CommLines()  # failure lines of NCCL/c10d/gloo: a bare death's context
+        # Untagged lines outside a traceback whose only effects are the torch rank, the recent
+        # notable lines and the communication failure lines: line -> (rank or _UNSET, recent
+        # line or None, failure line or None), learned as `_line` takes them (`_effect`).
+        self._idle_effects: dict[str | bytes, tuple] = {}
+        self._noted_rank: object = _UNSET
+        self._effect: tuple[str | None, str | None] | None = None
 
     # --- input --------------------------------------------------------------------------------
 
@@ -91,12 +110,11 @@ class Assembler:
             data = scan.encode(text)
         first_hit = -2
         if not state.busy:
-            match = scan.ANY_NEEDLE.search(data)
-            if match is None:
+            first_hit = scan.find_any(data)
+            if first_hit < 0:
                 return  # the fast path: one pass of the automaton, no per-line work (none decoded)
-            first_hit = match.start()
         previous = -1
-        every_line = _level_open(state) or scan.LEVEL_TRACEBACK.search(data) is not None
+        every_line = _level_open(state) or scan.find_level_traceback(data) >= 0
         starts = None
         if every_line or text is not None or state.busy:
             # A traceback in progress reads most lines (every body line): split them all at once.
@@ -111,18 +129,49 @@ class Assembler:
             starts = access.starts
             selected = scan.candidate_starts(data, state, first_hit)
         self._current = (chunk, access)
+        seen = self._idle_effects
         try:
             for index, start in selected:
                 if starts is not None:
                     starts[index] = start
                 if index > previous + 1:
                     self._ordinary(state, chunk.received_at)
-                self._line(state, chunk, index)
                 previous = index
+                if state.busy:
+                    self._line(state, chunk, index)
+                    continue
+                # Outside a traceback an untagged line's effect depends on its text alone: a line
+                # seen before (NCCL chatter, repeated warnings) applies what it did then.
+                if start >= 0 and starts is not None:
+                    end = data.find(b"\n", start)
+                    key: str | bytes = data[start:] if end < 0 else data[start:end]
+                else:
+                    key = access[index]
+                effect = seen.get(key)
+                if effect is not None:
+                    self._apply_idle(state, chunk, index, effect)
+                    continue
+                self._noted_rank, self._effect = _UNSET, None
+                self._line(state, chunk, index)
+                if self._effect is not None and len(key) <= MAX_IDLE_KEY:
+                    if len(seen) >= MAX_IDLE_EFFECTS:
+                        seen.clear()
+                    seen[key] = (self._noted_rank, *self._effect)
+                self._effect = None
         finally:
             self._current = None
         if previous < count - 1:
             self._ordinary(state, chunk.received_at)
+
+    def _apply_idle(self, state: _SourceState, chunk: LogChunk, index: int, effect: tuple) -> None:
+        """What `_line` did to an idle source for this line's text before (`_idle_effects`)."""
+        rank, recent, comm = effect
+        if rank is not _UNSET:
+            state.torch_rank = rank
+        if recent is not None:
+            state.recent.append(recent)
+        if comm is not None:
+            self._comm.add(chunk.source, chunk.first_number + index, chunk.received_at, comm)
 
     def take(self, now: float, final: bool = False) -> list[tuple[Crash, ...]]:
         """Groups quiet for settle_s (all of them when `final`), oldest first."""
@@ -179,7 +228,7 @@ class Assembler:
         if body.startswith("[rank"):
             torch_rank = grammar.TORCH_RANK_PREFIX.match(body)
             if torch_rank:  # torchrun's `[rank3]:` on every line of that rank's output
-                state.torch_rank = speaker = f"rank{torch_rank.group('rank')}"
+                state.torch_rank = self._noted_rank = speaker = f"rank{torch_rank.group('rank')}"
                 body = body[torch_rank.end():]
         if state.pyspy is not None and self._feed_pyspy(state, body, number, chunk.received_at):
             return
@@ -327,9 +376,11 @@ class Assembler:
     def _idle_line(self, state: _SourceState, chunk: LogChunk, number: int, body: str) -> None:
         """An untagged line with no traceback waiting for it."""
         if state.terminate is None and _IDLE_GATE.search(body) is None:
+            self._effect = (None, None)
             return  # nothing in it can open, end or explain a crash
         now, stripped = chunk.received_at, body.strip()
         if not stripped:
+            self._effect = (None, None)
             return
         if stripped.endswith(grammar.TRACEBACK_HEADER):
             prefix = stripped[: -len(grammar.TRACEBACK_HEADER)].strip().rstrip(":").strip() or None
@@ -355,7 +406,7 @@ class Assembler:
         now = chunk.received_at
         torch_rank = grammar.TORCH_RANK.match(stripped)
         if torch_rank:
-            state.torch_rank = f"rank{torch_rank.group('rank')}"
+            state.torch_rank = self._noted_rank = f"rank{torch_rank.group('rank')}"
         if _is_milestone(stripped):
             state.milestone = stripped[:300]  # a paste without the log prefix
             self._comm.clear()
@@ -403,9 +454,12 @@ class Assembler:
             self._open_bare(state, chunk, number, state.torch_rank, None,
                             grammar.split_exception(stripped, strict=True), body)
         else:
-            if any(word in body for word in grammar.CONTEXT_WORDS):
-                state.recent.append(stripped[:500])
-            self._comm.note(chunk.source, number, now, stripped)
+            recent = stripped[:500] if any(word in body for word in grammar.CONTEXT_WORDS) else None
+            if recent is not None:
+                state.recent.append(recent)
+            comm = self._comm.note(chunk.source, number, now, stripped)
+            if state.terminate is None:  # idle: the same text will do the same again
+                self._effect = (recent, comm)
 
     def _open_bare(self, state: _SourceState, chunk: LogChunk, number: int, rank, prefix, error, raw: str) -> None:
         """An exception line with no traceback: a crash of its own, with the NPU lines under it."""

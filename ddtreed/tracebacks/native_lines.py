@@ -62,10 +62,16 @@ class CommLines:
 
     lines: deque = field(default_factory=lambda: deque(maxlen=COMM_KEPT))  # (source, number, at, text)
 
-    def note(self, source: str, number: int, at: float, line: str) -> None:
+    def note(self, source: str, number: int, at: float, line: str) -> str | None:
+        """Keep the line if it reports a failure; returns what was kept (`comm_failure`)."""
         text = comm_failure(line)
         if text is not None:
             self.lines.append((source, number, at, text))
+        return text
+
+    def add(self, source: str, number: int, at: float, text: str) -> None:
+        """Keep `text`, which `note` kept before for a line of the same text."""
+        self.lines.append((source, number, at, text))
 
     def clear(self) -> None:
         """A start-up milestone after them: the transport came up after all."""
