@@ -123,6 +123,12 @@ def fenced(text: str) -> str:
     return "```text\n" + text.rstrip("\n") + "\n```\n"
 
 
+def in_issue_template(text: str) -> str:
+    """The paste inside SGLang's bug-report template (headings, a sentence, the environment)."""
+    return ("### Describe the bug\n\nThe server stops with the output below.\n\n### Reproduction\n\n```\n"
+            + text.rstrip("\n") + "\n```\n\n### Environment\n\nPython 3.12, CUDA 12.8, 8 GPUs\n")
+
+
 def details(text: str) -> str:
     return ("<details>\n<summary>Full error log</summary>\n\n```\n" + text.rstrip("\n")
             + "\n```\n\n</details>\n")
@@ -239,6 +245,20 @@ def numbers_ranks(text: str) -> str:
     return _TAG.sub(shift, _RANK.sub(shift, text))
 
 
+_COUNT = re.compile(r"(?P<word>(?<![\w.])[a-z_]+(?:_size|_len|_tokens|_num|num_\w+|_bs|bs)=)(?P<value>\d+)\b"
+                    r"|(?P<value2>\d+)(?P<unit2> (?:tokens|rows|elements|blocks|heads|layers|experts|requests"
+                    r"|pages)\b)")
+
+
+def numbers_counts(text: str) -> str:
+    """Other counts (`max_total_tokens=1234`, `576 rows`, `num_heads=32`)."""
+    def count(match: re.Match) -> str:
+        if match["word"]:
+            return match["word"] + _other(match["value"])
+        return _other(match["value2"]) + match["unit2"]
+    return _COUNT.sub(count, text)
+
+
 def frame_line_numbers(text: str) -> str:
     """Another release of the same code: every frame's line number moved."""
     return _FRAME_LINE.sub(lambda m: m["head"] + str(int(m["value"]) + 37), text)
@@ -313,11 +333,12 @@ PERTURBATIONS: dict[str, Callable[[str], str]] = {
     "mpirun-tag-output": mpirun_tag,
     "ansi-python313": ansi_python313, "ansi-lines": ansi_lines,
     "crlf": crlf, "tabs": tabs, "dedent": dedent, "double-spaced": double_spaced,
-    "quoted": quoted, "fenced": fenced, "details": details,
+    "quoted": quoted, "fenced": fenced, "details": details, "in-issue-template": in_issue_template,
     "rank-prefix-added": rank_prefix_added, "rank-prefix-removed": rank_prefix_removed,
     "rank-retagged": rank_retagged,
     "paths-conda": paths_conda, "paths-dist": paths_dist, "paths-source": paths_source,
     "numbers-sizes": numbers_sizes, "numbers-shapes": numbers_shapes, "numbers-ranks": numbers_ranks,
+    "numbers-counts": numbers_counts,
     "frame-line-numbers": frame_line_numbers, "model-names": model_names,
     "two-ranks-sequential": two_ranks_sequential, "two-ranks-interleaved": two_ranks_interleaved,
 }
