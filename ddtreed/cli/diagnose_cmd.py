@@ -116,7 +116,9 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
     from ..context.from_log import context_from_log
     from ..tracebacks import assemble_lines
     from ..tracebacks.assembler import unreverse
+    from ..tracebacks.collectors import uncollected
 
+    lines = uncollected(lines)  # journalctl's, kubectl's, CRI's … prefix on every line, colours
     if context is None:
         context = context_from_log(lines)
     groups = assemble_lines(unreverse(lines), source, keep_cut_orphans=True)  # a report's headerless cut frames too

@@ -218,18 +218,22 @@ class Assembler:
             if container:  # `sglang-1  | …` (compose) or `2026-…Z stderr F …` (CRI): the line is after it
                 text = text[container.end():]
         timestamp, rank, body = grammar.parse_line(text)
+        speaker = None
+        if timestamp is None and body.startswith("[rank"):
+            torch_rank = grammar.TORCH_RANK_PREFIX.match(body)
+            if torch_rank:  # torchrun's `[rank3]:` on every line of that rank's output, SGLang's own prefix after it
+                state.torch_rank = self._noted_rank = speaker = f"rank{torch_rank.group('rank')}"
+                timestamp, rank, body = grammar.parse_line(body[torch_rank.end():])
+                rank = rank or state.torch_rank
         if timestamp is not None:
             continued = _level_continuation(state, body)
             if continued is None:
                 self._tagged(state, chunk, index, rank, body)
                 return
             body = continued  # a logger that puts `[ts] ERROR: ` before every line of a traceback
-        speaker = None
-        if body.startswith("[rank"):
-            torch_rank = grammar.TORCH_RANK_PREFIX.match(body)
-            if torch_rank:  # torchrun's `[rank3]:` on every line of that rank's output
-                state.torch_rank = self._noted_rank = speaker = f"rank{torch_rank.group('rank')}"
-                body = body[torch_rank.end():]
+        elif state.open and _level_open(state):
+            continued = _level_continuation(state, body)  # the same lines with their `[ts] ` cut off
+            body = body if continued is None else continued
         if state.pyspy is not None and self._feed_pyspy(state, body, number, chunk.received_at):
             return
         while state.open:
@@ -368,6 +372,9 @@ class Assembler:
                 builder.add_message_line(body.rstrip())
         elif stripped in grammar.CHAIN_MARKERS:
             builder.chain()
+        elif builder.bare and stripped and builder.continues_bare(stripped, body[:1] in (" ", "\t")):
+            builder.add_message_line(body.rstrip())  # an NPU line or the C++ location after a blank line
+            builder.state = MESSAGE
         elif stripped:
             return FINISH
         builder.touch(number, body, now)
@@ -621,7 +628,12 @@ def _source_line(stripped: str) -> bool:
     """A line right after a frame that cannot be an exception line: the frame's source code."""
     if stripped in grammar.SOURCE_WORDS or stripped.split(" ", 1)[0] in ("raise", "return", "assert", "await"):
         return True
-    return grammar.EXCEPTION.match(stripped) is None
+    found = grammar.EXCEPTION.match(stripped)
+    if found is None:
+        return True
+    # A bare dotted name (`self._handle`, a source line cut mid-call): an exception line with no
+    # message names a class, and a class's name starts with a capital (`AssertionError`).
+    return ":" not in stripped and not stripped.rsplit(".", 1)[-1][:1].isupper()
 
 
 def unreverse(lines: list[str]) -> list[str]:

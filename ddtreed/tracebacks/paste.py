@@ -37,7 +37,7 @@ def _frames(lines: list[str]) -> tuple[Frame, ...]:
     found = []
     for line in lines:
         if "File " in line:
-            match = grammar.FRAME.match(grammar.strip_ansi(line))
+            match = grammar.FRAME.match(_uncontained(grammar.strip_ansi(line)))
             if match:
                 found.append(Frame(file=match.group("file"), line=int(match.group("line")),
                                    function=(match.group("function") or "<unknown>").strip()))
@@ -45,9 +45,16 @@ def _frames(lines: list[str]) -> tuple[Frame, ...]:
 
 
 def _uncontained(line: str) -> str:
-    """The line a container runtime's prefix (`sglang-1  | `, CRI's `… stderr F `) carries."""
+    """The line a container runtime's prefix (`sglang-1  | `, CRI's `… stderr F `) carries, and
+    behind torchrun's `[rank3]:` (the assembler reads the rank from it; a paste's mentions need not)."""
     container = grammar.CONTAINER_PREFIX.match(line) if line[:1] not in ("[", " ", "\t", "") else None
-    return line[container.end():] if container else line
+    if container:
+        line = line[container.end():]
+    if line.startswith("[rank"):
+        torch_rank = grammar.TORCH_RANK_PREFIX.match(line)
+        if torch_rank:
+            line = line[torch_rank.end():]
+    return line
 
 
 _QUOTE = re.compile(r"> ?")
@@ -59,7 +66,7 @@ def unquote(lines: list[str]) -> list[str]:
     most lines carry one (a reply that quotes the error), with HTML's character references (`&quot;`)
     read. A log without either is returned as it was; its first lines tell (a 100,000-line log costs
     no pass of its own)."""
-    lines = unwrap(lines)
+    lines = unwrap(undouble(lines))
     head = "\n".join(lines[:UNQUOTE_HEAD])
     escaped = "&quot;" in head or "&#39;" in head or "&lt;" in head or "&gt;" in head
     if not escaped and not (head.startswith(">") or "\n>" in head):
@@ -70,6 +77,30 @@ def unquote(lines: list[str]) -> list[str]:
     if quoted and quoted * 2 >= sum(1 for line in lines if line.strip()):
         lines = [line[_QUOTE.match(line).end():].rstrip() if line.startswith(">") else line for line in lines]
     return lines
+
+
+DOUBLED_HEAD = 2000  # lines that tell whether a paste doubled its line breaks
+MIN_DOUBLED = 4  # non-blank lines, each with one blank line after it
+
+
+def undouble(lines: list[str]) -> list[str]:
+    """A paste whose every line break was doubled (copied from a rendered page: a blank line after
+    every line) with one blank line taken after each line; other text as it was."""
+    head = lines[:DOUBLED_HEAD]
+    texts = [index for index, line in enumerate(head[:-1]) if line.strip()]
+    if len(texts) < MIN_DOUBLED:
+        return lines
+    if any(head[index + 1].strip() for index in texts):
+        return lines  # two lines in a row: the breaks are the text's own
+    result: list[str] = []
+    skip = False
+    for line in lines:
+        if skip and not line.strip():
+            skip = False
+            continue
+        result.append(line)
+        skip = bool(line.strip())
+    return result
 
 
 UNWRAP_HEAD = 2000  # lines whose lengths tell whether a text was hard-wrapped
@@ -171,6 +202,26 @@ def _as_said(line: str) -> str:
     return line
 
 
+_FENCE = re.compile(r"\s*(?:```|~~~)[\w+.-]*\s*$")
+_FOLD_TAG = re.compile(r"<summary\b[^>]*>.*?</summary>|</?(?:details|summary)\b[^>]*>")
+
+
+def _unmarked(lines: list[str]) -> list[str]:
+    """A report's lines without its Markdown scaffolding: code fences and a folded `<details>`
+    block's tags and summary (the fold's label: `Full log`) are how it was pasted, not what failed."""
+    result = []
+    for line in lines:
+        if "```" in line or "~~~" in line:
+            if _FENCE.match(line):
+                continue
+        if "<details" in line or "details>" in line or "summary>" in line:
+            line = _FOLD_TAG.sub("", line)
+            if not line.strip():
+                continue
+        result.append(line)
+    return result
+
+
 def paste_crashes(lines: list[str], source: str = "<paste>", force: bool = False) -> tuple[Crash, ...]:
     """Candidate crashes named in a report's text (first mentions first); () for a log, unless
     `force` (the log did fail, but with nothing a rule knows)."""
@@ -214,7 +265,7 @@ def paste_crashes(lines: list[str], source: str = "<paste>", force: bool = False
             break
     # The kernel's `Out of memory: Killed process …` is host memory: in the text's own words it
     # would read as a GPU OOM, so a kill line speaks as what it is (`grammar.kill_message`).
-    text = "\n".join(_as_said(grammar.strip_ansi(line)) for line in lines)[:MAX_TEXT]
+    text = "\n".join(_as_said(grammar.strip_ansi(line)) for line in _unmarked(lines)).strip("\n")[:MAX_TEXT]
     # The text as a whole, last: a report that only describes the failure in words.
     candidates.append(Crash(kind="error-line", exception=None, message=text, prefix="report text",
                             source=source, first_line=1, last_line=len(lines),
