@@ -72,6 +72,16 @@ def test_a_transfer_engines_glog_error_record_alone_is_diagnosed():
     assert diagnosis.match.rule_id == "pd-transfer-engine-failed"
 
 
+def test_a_requests_failed_transfer_is_a_transfer_failure_unless_a_check_refused_it():
+    aborted = ("[2026-03-02 16:39:09 TP0] Prefill transfer failed for request rank=0 req.rid='78fde411d57a4d7791b63963eac74968' "
+               "req.bootstrap_room=4793981895866140836 with exception KVTransferError(bootstrap_room=4793981895866140836): Aborted by AbortReq.")
+    [diagnosis] = diagnoses_of(SERVING[:3] + [aborted])
+    assert diagnosis.match.rule_id == "pd-request-transfer-failed"
+    refused = ("[2026-03-02 16:39:09] Prefill transfer failed for request rank=0 req.rid='5b02aee35dae49aba98a333ce89964e6' "
+               "with exception PD Disaggregation does NOT support PD different TP sizes for non-MLA SWA hybrid models yet.")
+    assert not any(diagnosis.match.category == "nccl-error" for diagnosis in diagnoses_of(SERVING[:3] + [refused]))
+
+
 def test_a_healthy_log_with_request_errors_and_a_health_warning_has_no_incident():
     log = HEALTHY[:70] + [HEALTH_WARNING] + HEALTHY[70:]
     assert any("[http_server] Error:" in line for line in log) and any('" 400 Bad Request' in line for line in log)
