@@ -139,6 +139,12 @@ PHRASINGS = [
     ("nccl-error", announced("RuntimeError: [Staging] Bulk RDMA transfer failed with ret=-1. src_ptr=0x7f2a00000000, dst_ptr=0x7e1b00000000, size=1048576. The decode staging buffer may not be properly registered.")),
     ("nccl-error", "E0711 14:00:00.412873  2817 rdma_context.cpp:214] Failed to register memory 0x7f2a00000000: Input/output error [5]"),
     ("nccl-error", "E0711 14:00:00.412873  2817 transfer_engine.cpp:118] Failed to install transport rdma"),
+    # pd-kv-transfer-timed-out: every backend's receiver (mooncake/nixl/mori conn.py), as decode.py logs it
+    ("nccl-error", "sglang-decode-1  | [2026-07-11 14:05:00 TP0] Decode transfer failed for request rank=0 decode_req.req.rid='1f2e' decode_req.req.bootstrap_room=77 with exception KVTransferError(bootstrap_room=77): Request 77 timed out after 300.0s in KVPoll.WaitingForInput"),
+    ("nccl-error", "The decode node logs this, then nothing:\nKVTransferError(bootstrap_room=5150): Request 5150 timed out after 45.0s in KVPoll.WaitingForInput"),
+    # pd-request-transfer-failed: prefill.py / decode.py conclude a request whose transfer failed
+    ("nccl-error", "sglang-prefill-1  | [2026-07-11 14:06:00 TP0] Prefill transfer failed for request rank=0 req.rid='aa01' req.bootstrap_room=901 with exception KVTransferError(bootstrap_room=901): Aborted by AbortReq."),
+    ("nccl-error", "Decode transfer failed for request rank=2 decode_req.req.rid='bb02' decode_req.req.bootstrap_room=902 with exception NIXL KVReceiver Exception"),
     # nodes-never-exchanged-their-ports
     ("nccl-error", traceback_text(DP, "RuntimeError: Failed to receive worker ports from node 0 within timeout")),
     ("nccl-error", tb(SCHED + ["sglang/srt/distributed/device_communicators/vmm_utils.py:exchange_posix_fds"], "RuntimeError: timed out waiting for POSIX fd exchange")),

@@ -67,6 +67,9 @@ def test_every_rule_has_a_case(rules):
     # child-death line): diagnose's paste path reads them
     # (tests/test_diagnose_phrasings_families.py), the assembler alone does not.
     covered |= {"command-line-refused-by-clap", "cuda-driver-result-out-of-memory", "child-process-failed-line"}
+    # Disaggregation's error lines (a request's KV transfer failed or timed out: the server keeps
+    # serving, no traceback): diagnose's error-line path reads them (tests/test_diagnose_error_lines.py).
+    covered |= {"pd-kv-transfer-timed-out", "pd-request-transfer-failed"}
     # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
     from ddtreed.cli.diagnose_cmd import diagnose_lines
 

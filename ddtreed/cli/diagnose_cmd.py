@@ -136,7 +136,28 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
             diagnoses = [pasted] + diagnoses[1:]
         elif named:
             diagnoses = _announced(lines, source, rules, context, diagnoses)
+    if not any(rules.primary(diagnosis) for diagnosis in diagnoses):
+        diagnoses = _error_lines(unreverse(lines), source, rules, context, groups, diagnoses)
     return diagnoses
+
+
+def _error_lines(lines: list[str], source: str, rules, context, groups: list, diagnoses: list) -> list:
+    """A log with nothing decisive assembled: the failures its error lines state outside every
+    assembled crash (`Decode transfer failed … with exception KVTransferError(…)`, a glog `E…`
+    record, `ERROR: …`) decide instead, when a rule knows them as a cause."""
+    from ..tracebacks.error_lines import error_line_crashes
+
+    covered = tuple((crash.first_line, crash.last_line) for group in groups for crash in group
+                    if crash.source == source)
+    crashes = error_line_crashes(lines, source, covered)
+    if not crashes:
+        return diagnoses
+    diagnosis = rules.diagnose(crashes, context)
+    if not rules.primary(diagnosis):
+        return diagnoses
+    # An error line is weaker evidence than a traceback: the process may have carried on.
+    return [dataclasses.replace(diagnosis, confidence=round(diagnosis.confidence * 0.8, 2), notes=diagnosis.notes + (
+        "from the error lines the log prints outside any traceback (none assembled decided)",))] + diagnoses[1:]
 
 
 def _repeats(quoted, diagnoses: list) -> bool:
