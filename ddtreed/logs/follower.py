@@ -86,32 +86,60 @@ class Follower:
         self._paced = False  # the coming read follows a hold-off directly: a flood goes on
         self.reads = 0  # reads done, and how many of them a hold-off delayed (for tests/benchmarks)
         self.holds = 0
+        self.looks = 0  # reads that looked at every path again (lstat), not only at files written to
         # The last read, judged calm or not only when wait() needs it: a backlog never does.
         self._unjudged: tuple[float, list[LogChunk]] | None = None
         self._backlog = False  # a read stopped at max_bytes_per_read with data left
         self._orphaned = False  # a followed file is open but gone from its path: poll it
         self._watcher = DirectoryWatch({s.path for s in self._sources})
+        self._taken = False  # wait() took the queued events just before the coming read
+        self._look_again_at = 0.0  # monotonic; from then on the next read looks at every file again
         for source in self._sources:
             self._open(source, at_end=from_end)
 
     def read(self) -> list[LogChunk]:
-        """All new complete lines of every followed file (bounded per call); never blocks."""
-        self._watcher.refresh()
-        self._backlog = False
-        chunks: list[LogChunk] = []
-        for source in self._sources:
-            try:
-                chunks.extend(self._poll(source))
-            except OSError as error:
-                # A file vanishing between stat and read is a race, not a failure: retry next time.
-                log.warning("log_read_failed", path=source.path, error=str(error))
-                self._close(source)
+        """All new complete lines of every followed file (bounded per call); never blocks.
+
+        With every directory watched, a read looks only at the files inotify says were written
+        to (a `pread` each, no `stat`); every file and directory is looked at again (an `lstat`
+        each) when something else happened to one of them, while polling, and at least every
+        `poll_interval_s` (for what no event tells: a directory above ours renamed, a writer
+        through another link)."""
+        watcher = self._watcher
+        if not self._taken:
+            watcher.take()  # what was written since the last look (wait() took it just now)
+        self._taken = self._backlog = False
         now = time.monotonic()
+        chunks: list[LogChunk] = []
+        if watcher.everything or not watcher.complete or self._orphaned or now >= self._look_again_at:
+            watcher.everything = False
+            watcher.modified.clear()
+            watcher.refresh()
+            self._orphaned = False
+            self._look_again_at = now + self._poll_interval_s
+            self.looks += 1
+            for source in self._sources:
+                self._read_source(source, self._poll, chunks)
+        elif watcher.modified:
+            modified = watcher.modified
+            for source in self._sources:
+                if source.path in modified:
+                    self._read_source(source, self._poll_written, chunks)
+            modified.clear()
         flood = self._paced or now - self._last_read_at < self._min_read_interval_s
         self._next_read_at, self._last_read_at, self._paced = 0.0, now, False
         self.reads += 1
         self._unjudged = (now, chunks) if flood and self._maybe_calm(chunks) else None
         return chunks
+
+    def _read_source(self, source: _Source, poll, chunks: list[LogChunk]) -> None:
+        try:
+            chunks.extend(poll(source))
+        except OSError as error:
+            # A file vanishing between stat and read is a race, not a failure: retry next time.
+            log.warning("log_read_failed", path=source.path, error=str(error))
+            self._close(source)
+            self._look_again_at = 0.0
 
     def wait(self, timeout: float) -> bool:
         """Block until a followed file (or its directory) changed, or `timeout`; True on change."""
@@ -121,20 +149,45 @@ class Follower:
         self._judge()
         held = self._hold_off(deadline)
         while True:
-            if self._has_unread():
-                self._watcher.drain()  # the coming read covers every write these events stand for
+            watching = self._watching()
+            if self._written() if watching else self._has_unread():
                 self._paced = held  # lines came in during the hold-off: still a flood
+                self._taken = watching  # the coming read goes by the events taken just now
                 return True
             held = False
             # An event only says "look": the write may be one already read.
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                watching = self._watcher.complete and not self._orphaned
-                step = remaining if watching else min(remaining, self._poll_interval_s)
-                if self._watcher.wait(step) or not watching:
-                    break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if not watching:
+                self._watcher.wait(min(remaining, self._poll_interval_s))  # re-watches as it can
+            elif not self._watcher.readable(remaining):
+                return False
+
+    def _watching(self) -> bool:
+        """Every directory is watched and no followed file is open under another name: inotify
+        says when to look (otherwise the follower polls)."""
+        return self._watcher.complete and not self._orphaned
+
+    def _written(self) -> bool:
+        """Did the queued events bring something unread? An `fstat` of each file written to
+        (its size against our offset); after anything but a write, an `lstat` of every path."""
+        watcher = self._watcher
+        watcher.drain()  # re-watches a directory that went away or was replaced
+        if watcher.everything:
+            return self._has_unread()
+        modified = watcher.modified
+        if not modified:
+            return False
+        for source in self._sources:
+            if source.path not in modified:
+                continue
+            if source.fd is None:
+                if not self._still_refused(source):  # a refused FIFO written to: nothing to read
+                    return True
+            elif os.fstat(source.fd).st_size != source.offset:
+                return True
+        return False
 
     def close(self) -> None:
         self._watcher.close()
@@ -251,6 +304,7 @@ class Follower:
             source.missing_warned = True
 
     def _poll(self, source: _Source) -> list[LogChunk]:
+        """Look at the path itself (rotation, deletion, truncation), then read what is new."""
         if source.fd is None:
             self._open(source)
             return self._drain(source) if source.fd is not None else []
@@ -259,11 +313,12 @@ class Follower:
         except (FileNotFoundError, NotADirectoryError):
             # Renamed away or deleted: keep reading the old file, the writer may still append.
             self._warn_missing(source)
-            self._check_truncated(source, os.fstat(source.fd).st_size)
+            self._orphaned = True  # its writes no longer reach our watch: poll until it is back
+            self._check_shrunk(source, os.fstat(source.fd).st_size)
             return self._drain(source)
         if (status.st_dev, status.st_ino) != source.identity:
             # Rotation by rename: finish the old file's tail, then follow the new file from 0.
-            self._check_truncated(source, os.fstat(source.fd).st_size)
+            self._check_shrunk(source, os.fstat(source.fd).st_size)
             chunks = self._drain(source)
             self._flush_partial(source, chunks)
             self._close(source)
@@ -273,23 +328,27 @@ class Follower:
         if status.st_size == source.offset and status.st_mtime_ns == source.mtime_ns:
             return []  # untouched since the last read: spare the truncation check and the read
         source.mtime_ns = status.st_mtime_ns
-        self._check_truncated(source, status.st_size)
+        self._check_shrunk(source, status.st_size)
         return self._drain(source)
 
-    def _check_truncated(self, source: _Source, size: int) -> None:
-        """copytruncate: the file shrank, or was rewritten past our offset: start over at 0."""
-        if size < source.offset or self._rewritten(source):
-            log.info("log_file_truncated", path=source.path, offset=source.offset, size=size)
-            source.offset, source.partial, source.discarding, source.tail = 0, b"", False, b""
+    def _poll_written(self, source: _Source) -> list[LogChunk]:
+        """A file inotify says was written to, and nothing else: the same entry as at the last
+        look, so no `lstat`; the read itself checks for truncation (`_drain`)."""
+        if source.fd is None:
+            return self._poll(source)
+        return self._drain(source)
 
-    def _rewritten(self, source: _Source) -> bool:
-        """copytruncate then regrowth past our offset before we looked leaves the size larger:
-        the bytes just before our offset are then no longer the ones we read."""
-        if not source.tail:
-            return False
-        return os.pread(source.fd, len(source.tail), source.offset - len(source.tail)) != source.tail
+    def _check_shrunk(self, source: _Source, size: int) -> None:
+        """copytruncate: the file shrank below our offset: start over at 0."""
+        if size < source.offset:
+            self._truncated(source, size)
+
+    def _truncated(self, source: _Source, size: int) -> None:
+        log.info("log_file_truncated", path=source.path, offset=source.offset, size=size)
+        source.offset, source.partial, source.discarding, source.tail = 0, b"", False, b""
 
     def _has_unread(self) -> bool:
+        """While polling: is something unread, by an `lstat` of every path?"""
         self._orphaned = False
         for source in self._sources:
             try:
@@ -310,11 +369,23 @@ class Follower:
         return False
 
     def _drain(self, source: _Source) -> list[LogChunk]:
+        """Read from our offset on, at most `max_bytes_per_read`. The first `pread` starts
+        TAIL_BYTES early: bytes there that are no longer the ones we read (copytruncate, then
+        the file rewritten or regrown past our offset) start the file over at 0."""
         chunks: list[LogChunk] = []
         budget = self._max_bytes_per_read
+        check = len(source.tail)
         while budget > 0:
             size = self._block_size(source)
-            data = os.pread(source.fd, size, source.offset)
+            if check:
+                data = os.pread(source.fd, check + size, source.offset - check)
+                if data[:check] != source.tail:
+                    self._truncated(source, os.fstat(source.fd).st_size)
+                    check = 0
+                    continue
+                data, check = data[check:], 0
+            else:
+                data = os.pread(source.fd, size, source.offset)
             if not data:
                 break
             source.offset += len(data)
