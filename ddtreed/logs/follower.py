@@ -41,11 +41,30 @@ TRACEBACK_HEADER = "Traceback (most recent call last):"  # a tagged line that st
 # this check runs on every calm read of a flood, ~25 times a second at 1,000 lines/s).
 _TAGGED_START = re.compile(r"\[\d")
 _UNTAGGED_AFTER_NEWLINE = re.compile(r"\n(?!\[\d)")
+# The same on a BlockChunk's bytes (no decode for the judgement; `\d` is then an ASCII digit, so
+# a line starting with another script's digit counts as untagged: it is never held back for it).
+_TAGGED_START_BYTES = re.compile(rb"\[\d")
+_UNTAGGED_AFTER_NEWLINE_BYTES = re.compile(rb"\n(?!\[\d)")
+TRACEBACK_HEADER_BYTES = TRACEBACK_HEADER.encode()
 
 
 def has_untagged_line(text: str) -> bool:
     """Does a line of `text` (lines joined by "\\n") not start with "[" and a digit?"""
     return _TAGGED_START.match(text) is None or _UNTAGGED_AFTER_NEWLINE.search(text) is not None
+
+
+def has_untagged_line_bytes(block: bytes) -> bool:
+    """`has_untagged_line` of a block of lines as bytes, with ASCII digits only."""
+    return _TAGGED_START_BYTES.match(block) is None or _UNTAGGED_AFTER_NEWLINE_BYTES.search(block) is not None
+
+
+def _calm(chunk: LogChunk) -> bool:
+    """Only timestamped lines and no traceback header (a BlockChunk judged on its bytes)."""
+    block = chunk.__dict__.get("block")
+    if block is not None:
+        return not has_untagged_line_bytes(block) and TRACEBACK_HEADER_BYTES not in block
+    text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
+    return not has_untagged_line(text) and TRACEBACK_HEADER not in text
 
 
 @dataclass
@@ -150,7 +169,7 @@ class Follower:
         held = self._hold_off(deadline)
         while True:
             watching = self._watching()
-            if self._written() if watching else self._has_unread():
+            if self._written(held) if watching else self._has_unread():
                 self._paced = held  # lines came in during the hold-off: still a flood
                 self._taken = watching  # the coming read goes by the events taken just now
                 return True
@@ -169,9 +188,10 @@ class Follower:
         says when to look (otherwise the follower polls)."""
         return self._watcher.complete and not self._orphaned
 
-    def _written(self) -> bool:
+    def _written(self, held: bool = False) -> bool:
         """Did the queued events bring something unread? An `fstat` of each file written to
-        (its size against our offset); after anything but a write, an `lstat` of every path."""
+        (its size against our offset; after a hold-off in a flood a write is taken for new
+        lines as it is); after anything but a write, an `lstat` of every path."""
         watcher = self._watcher
         watcher.drain()  # re-watches a directory that went away or was replaced
         if watcher.everything:
@@ -179,6 +199,8 @@ class Follower:
         modified = watcher.modified
         if not modified:
             return False
+        if held:
+            return True
         for source in self._sources:
             if source.path not in modified:
                 continue
@@ -220,7 +242,7 @@ class Follower:
             return
         read_at, chunks = self._unjudged
         self._unjudged = None
-        if not any(has_untagged_line(chunk.text) or TRACEBACK_HEADER in chunk.text for chunk in chunks):
+        if all(map(_calm, chunks)):
             self._next_read_at = read_at + self._min_read_interval_s
 
     def _hold_off(self, deadline: float) -> bool:
