@@ -111,3 +111,20 @@ def test_directory_deleted_while_only_writes_were_said_polls_then_watches_again(
         directory.mkdir()
         append(path, b"three\n")
         assert read_until(follower, lambda seen: "three" in seen) == ["three"]
+
+
+def test_a_read_cut_at_its_budget_goes_on_with_the_next_read_without_a_new_event(tmp_path):
+    path = str(tmp_path / "service.log")
+    append(path, b"")
+    with Follower([path], poll_interval_s=3600.0, max_bytes_per_read=64 * 1024) as follower:
+        follower.read()
+        append(path, b"".join(b"line %d\n" % number for number in range(100_000)))
+        assert follower.wait(10.0) is True
+        lines, reads = [], 0
+        while len(lines) < 100_000:
+            read = lines_of(follower.read())
+            assert read, f"a read after {len(lines)} lines found nothing"
+            lines += read
+            reads += 1
+        assert lines == ["line %d" % number for number in range(100_000)] and reads > 1
+        assert follower.looks == 1

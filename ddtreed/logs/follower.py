@@ -112,6 +112,7 @@ class Follower:
         self._orphaned = False  # a followed file is open but gone from its path: poll it
         self._watcher = DirectoryWatch({s.path for s in self._sources})
         self._taken = False  # wait() took the queued events just before the coming read
+        self._unfinished: set[str] = set()  # paths a read left with data beyond max_bytes_per_read
         self._look_again_at = 0.0  # monotonic; from then on the next read looks at every file again
         for source in self._sources:
             self._open(source, at_end=from_end)
@@ -131,6 +132,7 @@ class Follower:
         now = time.monotonic()
         chunks: list[LogChunk] = []
         if watcher.everything or not watcher.complete or self._orphaned or now >= self._look_again_at:
+            self._unfinished = set()
             watcher.everything = False
             watcher.modified.clear()
             watcher.refresh()
@@ -139,12 +141,14 @@ class Follower:
             self.looks += 1
             for source in self._sources:
                 self._read_source(source, self._poll, chunks)
-        elif watcher.modified:
-            modified = watcher.modified
+        elif watcher.modified or self._unfinished:
+            # Files written to, and those the last read left with data beyond its budget.
+            due = watcher.modified | self._unfinished if self._unfinished else watcher.modified
+            self._unfinished = set()
             for source in self._sources:
-                if source.path in modified:
+                if source.path in due:
                     self._read_source(source, self._poll_written, chunks)
-            modified.clear()
+            watcher.modified.clear()
         flood = self._paced or now - self._last_read_at < self._min_read_interval_s
         self._next_read_at, self._last_read_at, self._paced = 0.0, now, False
         self.reads += 1
@@ -418,7 +422,9 @@ class Follower:
                 chunks.append(chunk)
             if len(data) < size:
                 return chunks
-        self._backlog = self._backlog or budget <= 0
+        if budget <= 0:
+            self._backlog = True
+            self._unfinished.add(source.path)
         return chunks
 
     def _block_size(self, source: _Source) -> int:
