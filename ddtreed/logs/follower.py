@@ -197,7 +197,7 @@ class Follower:
         (its size against our offset; after a hold-off in a flood a write is taken for new
         lines as it is); after anything but a write, an `lstat` of every path."""
         watcher = self._watcher
-        watcher.drain()  # re-watches a directory that went away or was replaced
+        watcher.take(refresh=True)  # re-watches a directory that went away or was replaced
         if watcher.everything:
             return self._has_unread()
         modified = watcher.modified
@@ -238,7 +238,10 @@ class Follower:
         """The cheap half of "only complete timestamped lines read": lines, none unfinished."""
         if not chunks or self._min_read_interval_s <= 0:
             return False
-        return not any(source.partial or source.discarding for source in self._sources)
+        for source in self._sources:
+            if source.partial or source.discarding:
+                return False
+        return True
 
     def _judge(self) -> None:
         """The last read was calm (nothing of a crash in flight): hold the next one back."""
@@ -447,7 +450,7 @@ class Follower:
             return self._cut_partial(source)
         source.partial = block[end + 1:]
         raw = block[:end]
-        overflow = self._cut_partial(source)
+        overflow = self._cut_partial(source) if len(source.partial) > self.max_line_bytes else None
         if overflow is None and self._plain(raw):
             first = source.next_number
             chunk = BlockChunk.of(source.path, first, raw, self._clock())
@@ -533,9 +536,9 @@ class BlockChunk(LogChunk):
     @classmethod
     def of(cls, source: str, first_number: int, block: bytes, received_at: float) -> "BlockChunk":
         chunk = object.__new__(cls)
-        for name, value in (("source", source), ("first_number", first_number), ("received_at", received_at),
-                            ("block", block), ("line_count", block.count(b"\n") + 1)):
-            object.__setattr__(chunk, name, value)
+        # The frozen dataclass refuses __setattr__; its instance dict takes the fields in one call.
+        chunk.__dict__.update(source=source, first_number=first_number, received_at=received_at,
+                              block=block, line_count=block.count(b"\n") + 1)
         return chunk
 
     text = _Decoded()  # type: ignore[assignment]

@@ -66,9 +66,11 @@ class DirectoryWatch:
         self._stale = False
         self._inotify = _open_instance()
         self._poller = None
+        self._fd = -1
         if self._inotify is not None:
+            self._fd = self._inotify.fileno()
             self._poller = select.poll()
-            self._poller.register(self._inotify.fileno(), select.POLLIN)
+            self._poller.register(self._fd, select.POLLIN)
         self.refresh()
 
     def wait(self, timeout: float) -> bool:
@@ -83,25 +85,25 @@ class DirectoryWatch:
         return bool(self._poller.poll(max(0.0, timeout) * 1000.0))
 
     def drain(self) -> bool:
-        """Consume every queued event without blocking; True if one concerned us."""
-        relevant = self.take()
-        if self._stale:
-            self.refresh()
-        return relevant
+        """Consume every queued event without blocking; True if one concerned us. A directory
+        that went away or was replaced is watched again (as far as it exists)."""
+        return self.take(refresh=True)
 
-    def take(self) -> bool:
+    def take(self, refresh: bool = False) -> bool:
         """Read the queued events (one non-blocking `read`) into `modified` / `everything`; True
-        if one concerned a followed file or directory. A watch that went away is re-made by the
-        next `refresh`, which the caller does when `everything` says so."""
+        if one concerned a followed file or directory. A watch that went away is made again
+        here when `refresh`, otherwise by the next `refresh()` (the caller's, when `everything`)."""
         if self._inotify is None:
             return False
         try:
-            data = os.read(self._inotify.fileno(), _READ_BYTES)
+            data = os.read(self._fd, _READ_BYTES)
         except (BlockingIOError, InterruptedError):
             return False
         relevant = self._handle(data)
         if len(data) > _READ_BYTES - _EVENT_MAX:  # the buffer may have been too small: read on
             relevant = self.take() or relevant
+        if refresh and self._stale:
+            self.refresh()
         return relevant
 
     def refresh(self) -> None:
