@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddtreed.logs import Follower
-from ddtreed.logs.follower import has_untagged_line
+from ddtreed.logs.follower import has_untagged_line, has_untagged_line_bytes
 
 # The definition: some line (at the start or after a newline) does not begin "[<digit>".
 REFERENCE = re.compile(r"(?:\A|\n)(?!\[\d)")
@@ -67,3 +67,44 @@ def test_a_rank_prefixed_line_in_a_flood_does_not_hold_the_next_read_back(tmp_pa
         assert follower.holds == 0
         assert [line for chunk in follower.read() for line in chunk.lines] == \
             ['[rank0]:   File "/x/scheduler.py", line 9, in run']
+
+
+# The judgement on a BlockChunk's bytes: the same definition with ASCII digits.
+REFERENCE_BYTES = re.compile(rb"(?:\A|\n)(?!\[\d)")
+
+
+@given(st.lists(LINES, min_size=1, max_size=30))
+@settings(max_examples=400, deadline=None)
+def test_on_bytes_it_matches_the_one_regex_definition_and_the_text_judgement(lines):
+    text = "\n".join(lines)
+    block = text.encode()
+    assert has_untagged_line_bytes(block) == (REFERENCE_BYTES.search(block) is not None)
+    if not any("٣" in line for line in lines):  # ASCII digits: the same answer as on the text
+        assert has_untagged_line_bytes(block) == has_untagged_line(text)
+
+
+@given(st.binary(max_size=80) | st.text(alphabet="[]0123456789 \n\tab٣", max_size=60).map(str.encode))
+@settings(max_examples=400, deadline=None)
+def test_on_bytes_it_matches_it_on_any_bytes(block):
+    assert has_untagged_line_bytes(block) == (REFERENCE_BYTES.search(block) is not None)
+
+
+def test_a_line_with_invalid_utf8_or_another_scripts_digit_in_a_flood_is_not_calm(tmp_path):
+    """Judged on the bytes read: neither holds the next read back (no decode needed to tell)."""
+    path = tmp_path / "service.log"
+    path.write_bytes(b"")
+    for odd in (b"\xff\xfe garbage from a crashing writer\n", "[٣] not SGLang's stamp\n".encode()):
+        with Follower([str(path)], min_read_interval_s=5.0) as follower:
+            follower.read()
+            for _ in range(2):  # two reads well within 5 s: a flood
+                with open(path, "ab") as handle:
+                    handle.write(CALM)
+                follower.read()
+            with open(path, "ab") as handle:
+                handle.write(odd)
+            follower.read()
+            with open(path, "ab") as handle:
+                handle.write(b"RuntimeError: boom\n")
+            assert follower.wait(10.0) is True
+            assert follower.holds == 0
+            assert [line for chunk in follower.read() for line in chunk.lines] == ["RuntimeError: boom"]

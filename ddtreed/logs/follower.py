@@ -41,11 +41,30 @@ TRACEBACK_HEADER = "Traceback (most recent call last):"  # a tagged line that st
 # this check runs on every calm read of a flood, ~25 times a second at 1,000 lines/s).
 _TAGGED_START = re.compile(r"\[\d")
 _UNTAGGED_AFTER_NEWLINE = re.compile(r"\n(?!\[\d)")
+# The same on a BlockChunk's bytes (no decode for the judgement; `\d` is then an ASCII digit, so
+# a line starting with another script's digit counts as untagged: it is never held back for it).
+_TAGGED_START_BYTES = re.compile(rb"\[\d")
+_UNTAGGED_AFTER_NEWLINE_BYTES = re.compile(rb"\n(?!\[\d)")
+TRACEBACK_HEADER_BYTES = TRACEBACK_HEADER.encode()
 
 
 def has_untagged_line(text: str) -> bool:
     """Does a line of `text` (lines joined by "\\n") not start with "[" and a digit?"""
     return _TAGGED_START.match(text) is None or _UNTAGGED_AFTER_NEWLINE.search(text) is not None
+
+
+def has_untagged_line_bytes(block: bytes) -> bool:
+    """`has_untagged_line` of a block of lines as bytes, with ASCII digits only."""
+    return _TAGGED_START_BYTES.match(block) is None or _UNTAGGED_AFTER_NEWLINE_BYTES.search(block) is not None
+
+
+def _calm(chunk: LogChunk) -> bool:
+    """Only timestamped lines and no traceback header (a BlockChunk judged on its bytes)."""
+    block = chunk.__dict__.get("block")
+    if block is not None:
+        return not has_untagged_line_bytes(block) and TRACEBACK_HEADER_BYTES not in block
+    text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
+    return not has_untagged_line(text) and TRACEBACK_HEADER not in text
 
 
 @dataclass
@@ -86,32 +105,64 @@ class Follower:
         self._paced = False  # the coming read follows a hold-off directly: a flood goes on
         self.reads = 0  # reads done, and how many of them a hold-off delayed (for tests/benchmarks)
         self.holds = 0
+        self.looks = 0  # reads that looked at every path again (lstat), not only at files written to
         # The last read, judged calm or not only when wait() needs it: a backlog never does.
         self._unjudged: tuple[float, list[LogChunk]] | None = None
         self._backlog = False  # a read stopped at max_bytes_per_read with data left
         self._orphaned = False  # a followed file is open but gone from its path: poll it
         self._watcher = DirectoryWatch({s.path for s in self._sources})
+        self._taken = False  # wait() took the queued events just before the coming read
+        self._unfinished: set[str] = set()  # paths a read left with data beyond max_bytes_per_read
+        self._look_again_at = 0.0  # monotonic; from then on the next read looks at every file again
         for source in self._sources:
             self._open(source, at_end=from_end)
 
     def read(self) -> list[LogChunk]:
-        """All new complete lines of every followed file (bounded per call); never blocks."""
-        self._watcher.refresh()
-        self._backlog = False
-        chunks: list[LogChunk] = []
-        for source in self._sources:
-            try:
-                chunks.extend(self._poll(source))
-            except OSError as error:
-                # A file vanishing between stat and read is a race, not a failure: retry next time.
-                log.warning("log_read_failed", path=source.path, error=str(error))
-                self._close(source)
+        """All new complete lines of every followed file (bounded per call); never blocks.
+
+        With every directory watched, a read looks only at the files inotify says were written
+        to (a `pread` each, no `stat`); every file and directory is looked at again (an `lstat`
+        each) when something else happened to one of them, while polling, and at least every
+        `poll_interval_s` (for what no event tells: a directory above ours renamed, a writer
+        through another link)."""
+        watcher = self._watcher
+        if not self._taken:
+            watcher.take()  # what was written since the last look (wait() took it just now)
+        self._taken = self._backlog = False
         now = time.monotonic()
+        chunks: list[LogChunk] = []
+        if watcher.everything or not watcher.complete or self._orphaned or now >= self._look_again_at:
+            self._unfinished = set()
+            watcher.everything = False
+            watcher.modified.clear()
+            watcher.refresh()
+            self._orphaned = False
+            self._look_again_at = now + self._poll_interval_s
+            self.looks += 1
+            for source in self._sources:
+                self._read_source(source, self._poll, chunks)
+        elif watcher.modified or self._unfinished:
+            # Files written to, and those the last read left with data beyond its budget.
+            due = watcher.modified | self._unfinished if self._unfinished else watcher.modified
+            self._unfinished = set()
+            for source in self._sources:
+                if source.path in due:
+                    self._read_source(source, self._poll_written, chunks)
+            watcher.modified.clear()
         flood = self._paced or now - self._last_read_at < self._min_read_interval_s
         self._next_read_at, self._last_read_at, self._paced = 0.0, now, False
         self.reads += 1
         self._unjudged = (now, chunks) if flood and self._maybe_calm(chunks) else None
         return chunks
+
+    def _read_source(self, source: _Source, poll, chunks: list[LogChunk]) -> None:
+        try:
+            chunks.extend(poll(source))
+        except OSError as error:
+            # A file vanishing between stat and read is a race, not a failure: retry next time.
+            log.warning("log_read_failed", path=source.path, error=str(error))
+            self._close(source)
+            self._look_again_at = 0.0
 
     def wait(self, timeout: float) -> bool:
         """Block until a followed file (or its directory) changed, or `timeout`; True on change."""
@@ -121,20 +172,48 @@ class Follower:
         self._judge()
         held = self._hold_off(deadline)
         while True:
-            if self._has_unread():
-                self._watcher.drain()  # the coming read covers every write these events stand for
+            watching = self._watching()
+            if self._written(held) if watching else self._has_unread():
                 self._paced = held  # lines came in during the hold-off: still a flood
+                self._taken = watching  # the coming read goes by the events taken just now
                 return True
             held = False
             # An event only says "look": the write may be one already read.
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                watching = self._watcher.complete and not self._orphaned
-                step = remaining if watching else min(remaining, self._poll_interval_s)
-                if self._watcher.wait(step) or not watching:
-                    break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if not watching:
+                self._watcher.wait(min(remaining, self._poll_interval_s))  # re-watches as it can
+            elif not self._watcher.readable(remaining):
+                return False
+
+    def _watching(self) -> bool:
+        """Every directory is watched and no followed file is open under another name: inotify
+        says when to look (otherwise the follower polls)."""
+        return self._watcher.complete and not self._orphaned
+
+    def _written(self, held: bool = False) -> bool:
+        """Did the queued events bring something unread? An `fstat` of each file written to
+        (its size against our offset; after a hold-off in a flood a write is taken for new
+        lines as it is); after anything but a write, an `lstat` of every path."""
+        watcher = self._watcher
+        watcher.take(refresh=True)  # re-watches a directory that went away or was replaced
+        if watcher.everything:
+            return self._has_unread()
+        modified = watcher.modified
+        if not modified:
+            return False
+        if held:
+            return True
+        for source in self._sources:
+            if source.path not in modified:
+                continue
+            if source.fd is None:
+                if not self._still_refused(source):  # a refused FIFO written to: nothing to read
+                    return True
+            elif os.fstat(source.fd).st_size != source.offset:
+                return True
+        return False
 
     def close(self) -> None:
         self._watcher.close()
@@ -159,7 +238,10 @@ class Follower:
         """The cheap half of "only complete timestamped lines read": lines, none unfinished."""
         if not chunks or self._min_read_interval_s <= 0:
             return False
-        return not any(source.partial or source.discarding for source in self._sources)
+        for source in self._sources:
+            if source.partial or source.discarding:
+                return False
+        return True
 
     def _judge(self) -> None:
         """The last read was calm (nothing of a crash in flight): hold the next one back."""
@@ -167,7 +249,7 @@ class Follower:
             return
         read_at, chunks = self._unjudged
         self._unjudged = None
-        if not any(has_untagged_line(chunk.text) or TRACEBACK_HEADER in chunk.text for chunk in chunks):
+        if all(map(_calm, chunks)):
             self._next_read_at = read_at + self._min_read_interval_s
 
     def _hold_off(self, deadline: float) -> bool:
@@ -251,6 +333,7 @@ class Follower:
             source.missing_warned = True
 
     def _poll(self, source: _Source) -> list[LogChunk]:
+        """Look at the path itself (rotation, deletion, truncation), then read what is new."""
         if source.fd is None:
             self._open(source)
             return self._drain(source) if source.fd is not None else []
@@ -259,11 +342,12 @@ class Follower:
         except (FileNotFoundError, NotADirectoryError):
             # Renamed away or deleted: keep reading the old file, the writer may still append.
             self._warn_missing(source)
-            self._check_truncated(source, os.fstat(source.fd).st_size)
+            self._orphaned = True  # its writes no longer reach our watch: poll until it is back
+            self._check_shrunk(source, os.fstat(source.fd).st_size)
             return self._drain(source)
         if (status.st_dev, status.st_ino) != source.identity:
             # Rotation by rename: finish the old file's tail, then follow the new file from 0.
-            self._check_truncated(source, os.fstat(source.fd).st_size)
+            self._check_shrunk(source, os.fstat(source.fd).st_size)
             chunks = self._drain(source)
             self._flush_partial(source, chunks)
             self._close(source)
@@ -273,23 +357,27 @@ class Follower:
         if status.st_size == source.offset and status.st_mtime_ns == source.mtime_ns:
             return []  # untouched since the last read: spare the truncation check and the read
         source.mtime_ns = status.st_mtime_ns
-        self._check_truncated(source, status.st_size)
+        self._check_shrunk(source, status.st_size)
         return self._drain(source)
 
-    def _check_truncated(self, source: _Source, size: int) -> None:
-        """copytruncate: the file shrank, or was rewritten past our offset: start over at 0."""
-        if size < source.offset or self._rewritten(source):
-            log.info("log_file_truncated", path=source.path, offset=source.offset, size=size)
-            source.offset, source.partial, source.discarding, source.tail = 0, b"", False, b""
+    def _poll_written(self, source: _Source) -> list[LogChunk]:
+        """A file inotify says was written to, and nothing else: the same entry as at the last
+        look, so no `lstat`; the read itself checks for truncation (`_drain`)."""
+        if source.fd is None:
+            return self._poll(source)
+        return self._drain(source)
 
-    def _rewritten(self, source: _Source) -> bool:
-        """copytruncate then regrowth past our offset before we looked leaves the size larger:
-        the bytes just before our offset are then no longer the ones we read."""
-        if not source.tail:
-            return False
-        return os.pread(source.fd, len(source.tail), source.offset - len(source.tail)) != source.tail
+    def _check_shrunk(self, source: _Source, size: int) -> None:
+        """copytruncate: the file shrank below our offset: start over at 0."""
+        if size < source.offset:
+            self._truncated(source, size)
+
+    def _truncated(self, source: _Source, size: int) -> None:
+        log.info("log_file_truncated", path=source.path, offset=source.offset, size=size)
+        source.offset, source.partial, source.discarding, source.tail = 0, b"", False, b""
 
     def _has_unread(self) -> bool:
+        """While polling: is something unread, by an `lstat` of every path?"""
         self._orphaned = False
         for source in self._sources:
             try:
@@ -310,11 +398,23 @@ class Follower:
         return False
 
     def _drain(self, source: _Source) -> list[LogChunk]:
+        """Read from our offset on, at most `max_bytes_per_read`. The first `pread` starts
+        TAIL_BYTES early: bytes there that are no longer the ones we read (copytruncate, then
+        the file rewritten or regrown past our offset) start the file over at 0."""
         chunks: list[LogChunk] = []
         budget = self._max_bytes_per_read
+        check = len(source.tail)
         while budget > 0:
             size = self._block_size(source)
-            data = os.pread(source.fd, size, source.offset)
+            if check:
+                data = os.pread(source.fd, check + size, source.offset - check)
+                if data[:check] != source.tail:
+                    self._truncated(source, os.fstat(source.fd).st_size)
+                    check = 0
+                    continue
+                data, check = data[check:], 0
+            else:
+                data = os.pread(source.fd, size, source.offset)
             if not data:
                 break
             source.offset += len(data)
@@ -325,7 +425,9 @@ class Follower:
                 chunks.append(chunk)
             if len(data) < size:
                 return chunks
-        self._backlog = self._backlog or budget <= 0
+        if budget <= 0:
+            self._backlog = True
+            self._unfinished.add(source.path)
         return chunks
 
     def _block_size(self, source: _Source) -> int:
@@ -348,7 +450,7 @@ class Follower:
             return self._cut_partial(source)
         source.partial = block[end + 1:]
         raw = block[:end]
-        overflow = self._cut_partial(source)
+        overflow = self._cut_partial(source) if len(source.partial) > self.max_line_bytes else None
         if overflow is None and self._plain(raw):
             first = source.next_number
             chunk = BlockChunk.of(source.path, first, raw, self._clock())
@@ -434,9 +536,9 @@ class BlockChunk(LogChunk):
     @classmethod
     def of(cls, source: str, first_number: int, block: bytes, received_at: float) -> "BlockChunk":
         chunk = object.__new__(cls)
-        for name, value in (("source", source), ("first_number", first_number), ("received_at", received_at),
-                            ("block", block), ("line_count", block.count(b"\n") + 1)):
-            object.__setattr__(chunk, name, value)
+        # The frozen dataclass refuses __setattr__; its instance dict takes the fields in one call.
+        chunk.__dict__.update(source=source, first_number=first_number, received_at=received_at,
+                              block=block, line_count=block.count(b"\n") + 1)
         return chunk
 
     text = _Decoded()  # type: ignore[assignment]

@@ -1,16 +1,20 @@
 """inotify on the directories of the followed files, read in the caller's thread: no threads.
 
 `inotify_simple` (a maintained, public, thread-free wrapper of inotify_init1/add_watch/rm_watch)
-makes the system calls. `wait()` polls the inotify descriptor with a timeout and drains every
-queued event in one read (the kernel says how many bytes wait); the kernel merges identical
-unread events, so a burst of appends to one file is one wake-up. Without inotify (no support,
-instance or watch limit reached) `complete` stays False and the follower polls.
+makes the watch calls. `take()` reads every queued event in one `read` of the non-blocking
+descriptor (no poll, no FIONREAD first) and sorts them into what the follower needs: the
+followed files that were only written to (`modified`), and whether anything else happened to a
+followed file or directory (`everything`: created, renamed, deleted, a watch gone, events lost),
+after which every file is looked at again. The kernel merges identical unread events, so a
+burst of appends to one file is one event. Without inotify (no support, instance or watch limit
+reached) `complete` stays False and the follower polls.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import struct
 import time
 
 import structlog
@@ -31,6 +35,14 @@ if IN is not None:
     WATCH_MASK = (IN.MODIFY | IN.CREATE | IN.DELETE | IN.MOVED_FROM | IN.MOVED_TO
                   | IN.DELETE_SELF | IN.MOVE_SELF | IN.ONLYDIR)
     GONE = IN.IGNORED | IN.DELETE_SELF | IN.MOVE_SELF | IN.UNMOUNT
+    # Plain ints: an IntEnum member costs an attribute lookup through the enum class per use.
+    _OVERFLOW, _GONE, _IGNORED, _MODIFY = int(IN.Q_OVERFLOW), int(GONE), int(IN.IGNORED), int(IN.MODIFY)
+
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
+# One read takes every queued event that fits; more than this many bytes queued are read by the
+# next call (the descriptor stays readable). 4,096 events of a 16-byte name.
+_READ_BYTES = 4096 * (_EVENT.size + 16)
+_EVENT_MAX = _EVENT.size + 256  # the largest event: NAME_MAX + 1 bytes of name
 
 
 class DirectoryWatch:
@@ -38,10 +50,15 @@ class DirectoryWatch:
     directory is missing or cannot be watched (the caller then polls)."""
 
     def __init__(self, paths: set[str]):
-        self._names: dict[str, set[str]] = {}  # directory -> followed base names in it
+        self._paths: dict[str, dict[bytes, str]] = {}  # directory -> {base name as the kernel gives it: path}
         for path in paths:
             directory, name = os.path.split(path)
-            self._names.setdefault(directory, set()).add(name)
+            self._paths.setdefault(directory, {})[os.fsencode(name)] = path
+        self._paths_of: dict[int, list[dict[bytes, str]]] = {}  # wd -> its directories' names
+        # What the events taken since the caller last cleared them say: these followed paths were
+        # written to (only that), or something else happened (look at every file and directory).
+        self.modified: set[str] = set()
+        self.everything = False
         self._watches: dict[str, tuple[int, tuple[int, int]]] = {}  # directory -> (wd, identity)
         self._directories_of: dict[int, set[str]] = {}  # wd -> directories (one inode, two paths)
         self._failed: set[str] = set()  # warned once; retried on every refresh
@@ -49,30 +66,43 @@ class DirectoryWatch:
         self._stale = False
         self._inotify = _open_instance()
         self._poller = None
+        self._fd = -1
         if self._inotify is not None:
+            self._fd = self._inotify.fileno()
             self._poller = select.poll()
-            self._poller.register(self._inotify.fileno(), select.POLLIN)
+            self._poller.register(self._fd, select.POLLIN)
         self.refresh()
 
     def wait(self, timeout: float) -> bool:
         """Block up to `timeout` for events; True if one concerned a followed file or directory."""
+        return self.readable(timeout) and self.drain()
+
+    def readable(self, timeout: float) -> bool:
+        """Block up to `timeout` until events are queued (they stay queued: `take` reads them)."""
         if self._poller is None:
             time.sleep(max(0.0, timeout))
             return False
-        if not self._poller.poll(max(0.0, timeout) * 1000.0):
-            return False
-        return self.drain()
+        return bool(self._poller.poll(max(0.0, timeout) * 1000.0))
 
     def drain(self) -> bool:
-        """Consume every queued event without blocking; True if one concerned us."""
-        relevant = False
-        if self._inotify is not None:
-            try:
-                data = self._inotify.read(timeout=0)  # all queued events: FIONREAD bytes at once
-            except BlockingIOError:
-                data = []
-            relevant = self._handle(data)
-        if self._stale:
+        """Consume every queued event without blocking; True if one concerned us. A directory
+        that went away or was replaced is watched again (as far as it exists)."""
+        return self.take(refresh=True)
+
+    def take(self, refresh: bool = False) -> bool:
+        """Read the queued events (one non-blocking `read`) into `modified` / `everything`; True
+        if one concerned a followed file or directory. A watch that went away is made again
+        here when `refresh`, otherwise by the next `refresh()` (the caller's, when `everything`)."""
+        if self._inotify is None:
+            return False
+        try:
+            data = os.read(self._fd, _READ_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return False
+        relevant = self._handle(data)
+        if len(data) > _READ_BYTES - _EVENT_MAX:  # the buffer may have been too small: read on
+            relevant = self.take() or relevant
+        if refresh and self._stale:
             self.refresh()
         return relevant
 
@@ -82,7 +112,7 @@ class DirectoryWatch:
         if self._inotify is None:
             return
         complete = True
-        for directory in self._names:
+        for directory in self._paths:
             identity = _identity(directory)
             current = self._watches.get(directory)
             if current is not None and current[1] != identity:
@@ -100,27 +130,40 @@ class DirectoryWatch:
         self._inotify, self._poller, self.complete = None, None, False
         self._watches.clear()
         self._directories_of.clear()
+        self._paths_of.clear()
 
     # --- internals --------------------------------------------------------------------------
 
-    def _handle(self, events: list) -> bool:
+    def _handle(self, data: bytes) -> bool:
         relevant = False
-        for wd, mask, _cookie, name in events:
-            if mask & IN.Q_OVERFLOW:
-                relevant = True  # events were lost: look at everything
+        position, end, unpack = 0, len(data), _EVENT.unpack_from
+        while position < end:
+            wd, mask, _cookie, size = unpack(data, position)
+            start = position + _EVENT.size
+            position = start + size
+            name = data[start:position].rstrip(b"\0")
+            if mask & _OVERFLOW:
+                self.everything = relevant = True  # events were lost: look at everything
                 continue
-            directories = self._directories_of.get(wd, ())
-            if mask & GONE and directories:
-                self._stale = relevant = True
-                if mask & IN.IGNORED:  # the kernel dropped the watch already
+            directories = self._paths_of.get(wd, ())
+            if mask & _GONE and directories:
+                self._stale = self.everything = relevant = True
+                if mask & _IGNORED:  # the kernel dropped the watch already
                     for directory in self._directories_of.pop(wd):
                         self._watches.pop(directory, None)
+                    self._paths_of.pop(wd, None)
                 continue
-            if any(name in self._names[d] for d in directories):
+            for paths in directories:
+                path = paths.get(name)
+                if path is None:
+                    continue
                 relevant = True
-                # A followed file created, renamed or deleted: check the directories too (an
-                # open file in a deleted directory keeps it alive, so no IN_DELETE_SELF comes).
-                self._stale = self._stale or bool(mask & ~IN.MODIFY)
+                if mask == _MODIFY:
+                    self.modified.add(path)
+                else:
+                    # A followed file created, renamed or deleted: check the directories too (an
+                    # open file in a deleted directory keeps it alive, so no IN_DELETE_SELF comes).
+                    self._stale = self.everything = True
         return relevant
 
     def _watch(self, directory: str, identity: tuple[int, int]) -> bool:
@@ -136,14 +179,17 @@ class DirectoryWatch:
         self._failed.discard(directory)
         self._watches[directory] = (wd, identity)
         self._directories_of.setdefault(wd, set()).add(directory)
+        self._paths_of[wd] = [self._paths[d] for d in self._directories_of[wd]]
         return True
 
     def _unwatch(self, directory: str) -> None:
         wd, _ = self._watches.pop(directory)
         sharing = self._directories_of.get(wd, set())
         sharing.discard(directory)
+        self._paths_of[wd] = [self._paths[d] for d in sharing]
         if not sharing:
             self._directories_of.pop(wd, None)
+            self._paths_of.pop(wd, None)
             try:
                 self._inotify.rm_watch(wd)
             except OSError:

@@ -19,7 +19,7 @@ from ..service.host import Host
 from ..incidents import Retention, Store
 from .incident_path import check_canary, give_up, handle_crash, observed, probe_crash
 from .lifecycle import EXIT_GAVE_UP, EXIT_OK, Lifecycle, SignalQueue, Stopping
-from ..ops.notify import IncidentHooks, Notifier
+from ..ops.notify import IncidentHooks, Notifier, WatchdogPing
 from .preflight_gate import confirm, run_gate
 from ..records import Application, Crash, ExitStatus, Healthy, ServiceContext, Verdict
 from .recovery import previous_record, recover, verified_launch
@@ -32,7 +32,6 @@ from ..health.verify import baseline_key, flatten, verify
 from .wiring import Wiring, build, prober_for, reload, reloaded_launch, service_context
 
 log = structlog.get_logger(__name__)
-
 TURN_S = 0.2  # the longest the loop goes without answering signals and the watchdog
 
 
@@ -45,6 +44,7 @@ class Daemon:
         self.store.wait = self.wait  # ...answering signals and the watchdog while it waits
         # unset: the SGLang tree must not inherit NOTIFY_SOCKET / WATCHDOG_* and talk to systemd
         self.notifier = notifier or Notifier.from_environment(unset=True)
+        self.ping_watchdog = WatchdogPing(self.notifier, self.clock.monotonic)  # at most once a second
         self.signals = SignalQueue()  # handlers only enqueue; `_turn` acts
         self.launch = Launch(list(config.service.argv), dict(config.service.env))
         self.launch.adopt(verified_launch(self.engine))  # a verified flag/env fix outlives ddtreed
@@ -259,7 +259,7 @@ class Daemon:
                          budget_starts=self.budget.starts_in_window, states=self.lifecycle.history[-20:])
         self.hooks.record()
         self.retention.tick()  # [incidents] keep / max_age_days: at start, then hourly, in batches
-        self.notifier.watchdog()
+        self.ping_watchdog()
 
     def wait(self, seconds: float, condition: Callable[[], bool] = lambda: False) -> None:
         """Wait up to `seconds` for `condition()`, still answering signals and the watchdog."""

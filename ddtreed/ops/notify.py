@@ -123,6 +123,27 @@ class Notifier:
             self._socket = None
 
 
+# WATCHDOG=1 at most this often (and at least every half of WatchdogSec, as systemd asks): the loop
+# turns up to ~50 times a second in a log flood, and a datagram per turn is a system call per turn.
+WATCHDOG_PING_S = 1.0
+
+
+class WatchdogPing:
+    """Call on every loop turn: `notifier.watchdog()` when due, at most every WATCHDOG_PING_S and
+    at least every `watchdog_interval()`; nothing when no watchdog is set."""
+
+    def __init__(self, notifier: Notifier, monotonic):
+        interval = notifier.watchdog_interval()
+        self._notifier, self._monotonic = notifier, monotonic
+        self._every = min(WATCHDOG_PING_S, interval) if interval else None
+        self._at = float("-inf")  # monotonic time of the next ping
+
+    def __call__(self) -> None:
+        if self._every is not None and (now := self._monotonic()) >= self._at:
+            self._notifier.watchdog()
+            self._at = now + self._every
+
+
 def _socket_address(address: str) -> str | bytes:
     # `@name` is Linux's abstract namespace: the kernel wants a leading NUL byte instead.
     if address.startswith("@"):

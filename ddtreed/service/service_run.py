@@ -7,6 +7,7 @@ calls `on_turn` (the daemon answers signals and pings the watchdog there), then 
 from __future__ import annotations
 
 import os
+from collections import deque
 from dataclasses import replace
 from typing import Callable
 
@@ -38,12 +39,20 @@ class ServiceRun:
         self.assembler = Assembler(eager=True)
         self.milestones = MilestoneTracker()
         stdout_log, stderr_log = self.supervisor.log_paths
-        self.output = ServiceOutput([stderr_log], [stdout_log])  # what it said, for the incident
+        self._output = ServiceOutput([stderr_log], [stdout_log])  # what it said, for the incident
+        self._newest = NewestChunks()  # ...kept as the chunks read until `output` is asked for
         self.follower = None
         self._closed = False
         self._on_turn, self._on_progress = on_turn, on_progress
         self.serving = None  # a ServingWatch (ddtreed/health/serving.py) once the launch is verified
         self.serving_events: list = []
+
+    @property
+    def output(self) -> ServiceOutput:
+        """The tails of what the service wrote (stderr, stdout), up to the last read."""
+        for tail in tails_of(self._newest.take()):
+            self._output.feed(tail)
+        return self._output
 
     @property
     def pid(self) -> int | None:
@@ -99,8 +108,7 @@ class ServiceRun:
                 self._on_progress(self.milestones.progress_text())
             if self.serving is not None:
                 self.serving_events += self.serving.feed(chunk)
-        for tail in tails_of(chunks):
-            self.output.feed(tail)
+        self._newest.add(chunks)
         return self.assembler.take(self.clock.time())
 
     def poll(self) -> ExitStatus | None:
@@ -128,8 +136,7 @@ class ServiceRun:
                 chunks = self.follower.read()
                 for chunk in chunks:
                     self.assembler.feed(chunk)
-                for tail in tails_of(chunks):
-                    self.output.feed(tail)
+                self._newest.add(chunks)
                 if chunks:
                     quiet_since = clock.monotonic()
                 elif gone:
@@ -166,6 +173,36 @@ class ServiceRun:
         if self.follower is not None and not self._closed:
             self.follower.close()
         self._closed = True
+
+
+class NewestChunks:
+    """Per source, the newest chunks that hold its last TAIL_LINES lines, in the order read: all
+    that a `ServiceOutput` would keep of them (its tails hold the newest TAIL_LINES lines, fewer
+    when they pass TAIL_BYTES). The pump adds every read's chunks (a deque append each, no line
+    split or decode); `take` hands them over when an incident asks for the tails."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[deque, list[int]]] = {}  # source -> ((chunk, lines), [lines in all])
+
+    def add(self, chunks) -> None:
+        for chunk in chunks:
+            kept = self._kept.get(chunk.source)
+            if kept is None:
+                kept = self._kept[chunk.source] = (deque(), [0])
+            held, total = kept
+            count = getattr(chunk, "line_count", None)
+            if count is None:
+                count = len(chunk.lines)
+            held.append((chunk, count))
+            total[0] += count
+            while total[0] - held[0][1] >= TAIL_LINES:  # the older ones' lines would leave the tail
+                total[0] -= held.popleft()[1]
+
+    def take(self) -> list:
+        """The kept chunks (each source's in its order), and forget them."""
+        chunks = [chunk for held, _ in self._kept.values() for chunk, _ in held]
+        self._kept.clear()
+        return chunks
 
 
 def tails_of(chunks):
