@@ -22,6 +22,7 @@ from ddtreed.paths import shipped
 from ddtreed.rules import RuleSet, load_rules
 from ddtreed.rules.model import CrashView
 from ddtreed.rules.prefilter import MessagePrefilter
+from ddtreed.rules.regex import compile_rule_pattern
 from ddtreed.tracebacks import assemble_lines
 from ddtreed.tracebacks.assembler import unreverse
 
@@ -72,9 +73,20 @@ def messages(texts: list[str]) -> list[str]:
     return found
 
 
+_OWN: dict[str, object] = {}
+
+
+def own_program(text: str):
+    """The pattern compiled on its own (the rules search with the filter's program of it)."""
+    if text not in _OWN:
+        _OWN[text] = compile_rule_pattern(text)
+    return _OWN[text]
+
+
 def verdicts_differ(prefilter: MessagePrefilter, message: str) -> set[int]:
     through_filter = set(prefilter.matching(message))
-    own_search = {index for index, pattern in enumerate(prefilter.patterns) if pattern.search(message)}
+    own_search = {index for index, pattern in enumerate(prefilter.patterns)
+                  if own_program(pattern.pattern).search(message)}
     return through_filter ^ own_search
 
 

@@ -47,6 +47,7 @@ class MessagePrefilter:
         try:
             index_of: dict[str, int] = {}
             filtered = set()
+            holders: list = []  # (index, pattern): every rule pattern object of each text
             for rule in rules:
                 messages = rule.conditions.messages
                 if not messages:
@@ -57,6 +58,7 @@ class MessagePrefilter:
                     if text not in index_of:
                         index_of[text] = matcher.Add(text, options)
                         self.patterns.append(pattern)
+                    holders.append((index_of[text], pattern))
                     self._users.setdefault(index_of[text], []).append(
                         (rule.id, frozenset(rule.conditions.exceptions)))
             if not index_of:
@@ -65,6 +67,12 @@ class MessagePrefilter:
         except _re2.error:
             self._users, self.patterns = {}, []
             return
+        # The filter compiled each message pattern (its `Match` runs them): the rules search with
+        # those programs rather than with a second compile of the same text each.
+        for index, pattern in holders:
+            adopt = getattr(pattern, "adopt", None)
+            if adopt is not None:
+                adopt(matcher.re(index))
         self._matcher = matcher
         self.filtered = frozenset(filtered)
         self.enabled = True

@@ -86,13 +86,81 @@ def compile_rule_pattern(pattern: str):
     problem = lint(pattern)
     if problem:
         raise PatternError(problem)
+    return _program(pattern, cached=True)
+
+
+def _program(pattern: str, cached: bool = False):
     if _re2 is None:  # pragma: no cover - only without the declared dependency
         return re.compile(pattern)
     try:
-        return _re2.compile(pattern, _options())
+        if cached:
+            return _re2.compile(pattern, _options())
+        # Not through re2.compile: its cache would keep the last 128 programs alive after a
+        # check whose program is thrown away.
+        return _re2._Regexp(pattern, _options())
     except _re2.error as error:
         detail = error.args[0].decode("utf-8", "replace") if error.args and isinstance(
             error.args[0], bytes) else str(error)
         raise PatternError(
             f"pattern {pattern!r} is not supported by the linear-time engine (RE2): {detail} "
             f"(look-arounds and back-references are not allowed in rules)") from None
+
+
+class RulePattern:
+    """A rule's pattern: its text and named groups from the start, its program on first use.
+
+    A rule set holds ~400 distinct patterns and an RE2 program costs ~13 KB, most of them never
+    run by a given daemon (a crash meets a handful of candidate rules). The loader checks each
+    pattern in full (`rule_pattern`), then keeps only the text; `search` compiles it the first
+    time it is needed, unless the message prefilter already compiled the same text, whose
+    program it then uses (`adopt`): one program per message pattern, not two."""
+
+    __slots__ = ("pattern", "groupindex", "_program")
+
+    def __init__(self, pattern: str, groupindex: dict[str, int]):
+        self.pattern = pattern
+        self.groupindex = groupindex
+        self._program = None
+
+    @property
+    def program(self):
+        """The compiled pattern (RE2 when available), built on first use."""
+        program = self._program
+        if program is None:
+            program = self._program = _program(self.pattern)
+        return program
+
+    @property
+    def compiled(self) -> bool:
+        return self._program is not None
+
+    def adopt(self, program) -> None:
+        """Search with `program` from now on: the same text compiled elsewhere (the prefilter)."""
+        if getattr(program, "pattern", None) != self.pattern:
+            raise ValueError(f"program for {getattr(program, 'pattern', None)!r} is not {self.pattern!r}")
+        self._program = program
+
+    def search(self, text: str):
+        program = self._program
+        if program is None:
+            program = self.program
+        return program.search(text)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RulePattern) and other.pattern == self.pattern
+
+    def __hash__(self) -> int:
+        return hash(self.pattern)
+
+    def __repr__(self) -> str:
+        return f"RulePattern({self.pattern!r})"
+
+
+def rule_pattern(pattern: str) -> RulePattern:
+    """`pattern` checked as `compile_rule_pattern` checks it (lint, then a full RE2 compile, whose
+    program is dropped), kept uncompiled until used; PatternError naming the problem."""
+    problem = lint(pattern)
+    if problem:
+        raise PatternError(problem)
+    checked = _program(pattern)
+    return RulePattern(pattern, dict(checked.groupindex))
