@@ -263,10 +263,14 @@ def _groups(found: re.Match[str]) -> dict[str, Any]:
     return {name: _number(value) for name, value in found.groupdict().items() if value is not None}
 
 
+_INTEGER = re.compile(r"-?\d+")  # compiled with the module, not by the first crash's captures
+_DECIMAL = re.compile(r"-?\d+\.\d*")
+
+
 def _number(text: str) -> Any:
-    if re.fullmatch(r"-?\d+", text):
+    if _INTEGER.fullmatch(text):
         return int(text)
-    if re.fullmatch(r"-?\d+\.\d*", text):
+    if _DECIMAL.fullmatch(text):
         return float(text)
     return text
 
