@@ -93,17 +93,20 @@ def _program(pattern: str, cached: bool = False):
     if _re2 is None:  # pragma: no cover - only without the declared dependency
         return re.compile(pattern)
     try:
-        if cached:
-            return _re2.compile(pattern, _options())
-        # Not through re2.compile: its cache would keep the last 128 programs alive after a
-        # check whose program is thrown away.
-        return _re2._Regexp(pattern, _options())
+        program = _re2.compile(pattern, _options())
     except _re2.error as error:
         detail = error.args[0].decode("utf-8", "replace") if error.args and isinstance(
             error.args[0], bytes) else str(error)
         raise PatternError(
             f"pattern {pattern!r} is not supported by the linear-time engine (RE2): {detail} "
             f"(look-arounds and back-references are not allowed in rules)") from None
+    if not cached:
+        # re2.compile keeps each program it makes in its own cache (an lru_cache of 128): a
+        # program checked and thrown away, or one a RulePattern holds, would also stay there.
+        # Nothing in ddtreed compiles a pattern twice expecting that cache (every program is
+        # held where it is used), so dropping it costs no recompile.
+        _re2.purge()
+    return program
 
 
 class RulePattern:
