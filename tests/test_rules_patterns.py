@@ -1,8 +1,8 @@
 """Rule patterns are checked in full when the rules load, and compiled only once, when first used.
 
-The loader keeps each distinct pattern text of a load as one `RulePattern`; the message prefilter
-compiles every message pattern for its own matching and the rules search with those programs; the
-other patterns (frames, wrapper, context, ...) compile the first time a candidate rule needs them.
+The loader keeps each distinct pattern text of a load as one `RulePattern`, compiled the first time
+a candidate rule searches it (the message prefilter keeps lean copies of the message patterns for
+their atoms only, and compiles the few without atoms, which every crash meets, with itself).
 What a user sees must not change: a pattern RE2 refuses is still refused by `rules check` in every
 field, with the file, line and field; the diagnoses are the same (test_rules_prefilter.py compares
 every corpus text with and without the filter; diagnose_accuracy gives the same figures).
@@ -63,20 +63,19 @@ def test_one_pattern_object_per_distinct_text_of_a_load(tmp_path):
     assert again.conditions.messages[0] is not one.conditions.messages[0]
 
 
-def test_message_patterns_hold_the_filters_programs_and_the_rest_wait_for_a_crash():
+def test_patterns_compile_for_a_crashs_candidates_only():
     rules = load_rules([shipped("rules")])
-    messages = [p for rule in rules.rules for p in _patterns(rule, ("message",))]
-    others = {id(p): p for rule in rules.rules for p in _patterns(rule, SINGLE[1:] + LISTS)
-              if p.pattern not in {m.pattern for m in messages}}
-    assert messages and others
-    assert all(pattern.compiled for pattern in messages)  # by the prefilter, for its own matching
-    assert not any(pattern.compiled for pattern in others.values())
+    everything = {id(p): p for rule in rules.rules for p in _patterns(rule)}
+    always = {rules._prefilter.patterns[i].pattern for i in rules._prefilter.matching("")}
+    assert always  # patterns without atoms (catch-alls): potential for every crash, compiled with the filter
+    assert {p.pattern for p in everything.values() if p.compiled} == always
 
     group = assemble_lines(FOUNDING.read_text().splitlines(), "x")[0]
     diagnosis = rules.diagnose(group)
     assert diagnosis.match.rule_id == "cuda-graph-shape-mismatch"
-    compiled = [pattern for pattern in others.values() if pattern.compiled]
-    # Only the candidates' patterns were needed (the founding rule's frames among them).
-    assert compiled and len(compiled) < len(others) / 2
-    assert all(p.compiled for p in _patterns(rules.get(diagnosis.match.rule_id)))
+    compiled = [pattern for pattern in everything.values() if pattern.compiled]
+    # Only the candidates' patterns were needed (the founding rule's among them).
+    assert len(always) < len(compiled) < len(everything) / 4
+    winner = rules.get(diagnosis.match.rule_id).conditions
+    assert any(p.compiled for p in winner.messages) and all(p.compiled for p in winner.frames)
     assert rules.diagnose(group) == diagnosis

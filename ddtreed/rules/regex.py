@@ -112,11 +112,10 @@ def _program(pattern: str, cached: bool = False):
 class RulePattern:
     """A rule's pattern: its text and named groups from the start, its program on first use.
 
-    A rule set holds ~400 distinct patterns and an RE2 program costs ~13 KB, most of them never
-    run by a given daemon (a crash meets a handful of candidate rules). The loader checks each
-    pattern in full (`rule_pattern`), then keeps only the text; `search` compiles it the first
-    time it is needed, unless the message prefilter already compiled the same text, whose
-    program it then uses (`adopt`): one program per message pattern, not two."""
+    A rule set holds ~400 distinct patterns and an RE2 program costs 4 – 25 KB, most of them
+    never run by a given daemon (a crash meets a handful of candidate rules). The loader checks
+    each pattern in full (`rule_pattern`), then keeps only the text; `search` compiles it the
+    first time it is needed (the message prefilter keeps its own lean copies, for atoms only)."""
 
     __slots__ = ("pattern", "groupindex", "_program")
 
@@ -137,11 +136,10 @@ class RulePattern:
     def compiled(self) -> bool:
         return self._program is not None
 
-    def adopt(self, program) -> None:
-        """Search with `program` from now on: the same text compiled elsewhere (the prefilter)."""
-        if getattr(program, "pattern", None) != self.pattern:
-            raise ValueError(f"program for {getattr(program, 'pattern', None)!r} is not {self.pattern!r}")
-        self._program = program
+    def compile_now(self) -> None:
+        """Build the program now rather than at the first search."""
+        if self._program is None:
+            self._program = _program(self.pattern)
 
     def search(self, text: str):
         program = self._program
