@@ -45,7 +45,7 @@ def test_every_shipped_pattern_compiles_in_the_linear_engine():
     rules = load_rules([shipped("rules")])
     for rule in rules.rules:
         for pattern in rule.conditions.messages + rule.conditions.frames:
-            assert type(pattern).__module__.startswith("re2"), (rule.id, pattern.pattern)
+            assert type(pattern.program).__module__.startswith("re2"), (rule.id, pattern.pattern)
 
 
 def _rule_file(directory: Path, message: str) -> Path:

@@ -20,7 +20,7 @@ from .model import (
     short_exception,
     template_fields,
 )
-from .regex import PatternError, compile_rule_pattern
+from .regex import PatternError, RulePattern, rule_pattern
 
 REQUIRED = ("id", "category", "title", "meaning", "match", "diagnosis")
 OPTIONAL = ("when", "precise", "remediations", "advice", "sglang_versions", "references", "priority", "secondary")
@@ -79,8 +79,9 @@ def parse_files(files: Iterable[Path], remediation_ids: Collection[str] | None =
     problems: list[str] = []
     rules: list[Rule] = []
     seen: dict[str, str] = {}
+    patterns: dict[str, RulePattern] = {}  # one per distinct text, shared by the rules naming it
     for path in files:
-        for rule in _parse_file(path, roots, problems, remediation_ids):
+        for rule in _parse_file(path, roots, problems, remediation_ids, patterns):
             if rule.id in seen:
                 problems.append(f"{rule.source}:{rule.line}: id: duplicate rule id {rule.id!r} "
                                 f"(first defined at {seen[rule.id]})")
@@ -96,7 +97,7 @@ def parse_files(files: Iterable[Path], remediation_ids: Collection[str] | None =
 
 
 def _parse_file(path: Path, roots: Collection[Path], problems: list[str],
-                remediation_ids: Collection[str] | None) -> list[Rule]:
+                remediation_ids: Collection[str] | None, patterns: dict[str, RulePattern]) -> list[Rule]:
     text = _read(path, roots, problems)
     if text is None:
         return []
@@ -117,7 +118,7 @@ def _parse_file(path: Path, roots: Collection[Path], problems: list[str],
     rules = []
     for index, table in enumerate(tables):
         where = _Where(path, locator, index)
-        rule = _build(table, where, problems, remediation_ids)
+        rule = _build(table, where, problems, remediation_ids, patterns)
         if rule is not None:
             rules.append(rule)
     return rules
@@ -190,7 +191,7 @@ class _Where:
 
 
 def _build(table: Any, where: _Where, problems: list[str],
-           remediation_ids: Collection[str] | None) -> Rule | None:
+           remediation_ids: Collection[str] | None, patterns: dict[str, RulePattern]) -> Rule | None:
     if not isinstance(table, dict):
         problems.append(f"{where.path}:{where.line}: rule: must be a table")
         return None
@@ -210,7 +211,7 @@ def _build(table: Any, where: _Where, problems: list[str],
     category = fields.text("category")
     if category and category not in CATEGORIES:
         problems.append(where.at("category", f"unknown category {category!r} (known: {', '.join(CATEGORIES)})"))
-    conditions, group_names = _conditions(table["match"], where, problems)
+    conditions, group_names = _conditions(table["match"], where, problems, patterns)
     when = fields.expression("when", group_names)
     precise = fields.flag("precise")
     if precise and when is None:
@@ -307,7 +308,8 @@ class _Fields:
         return expression
 
 
-def _conditions(match: Any, where: _Where, problems: list[str]) -> tuple[Conditions | None, set[str]]:
+def _conditions(match: Any, where: _Where, problems: list[str],
+                patterns: dict[str, RulePattern]) -> tuple[Conditions | None, set[str]]:
     if not isinstance(match, dict):
         problems.append(where.at("match", "must be a table ([rule.match])"))
         return None, set()
@@ -316,7 +318,7 @@ def _conditions(match: Any, where: _Where, problems: list[str]) -> tuple[Conditi
         if key not in MATCH_KEYS:
             problems.append(where.at(key, f"unknown match key (known: {', '.join(MATCH_KEYS)})", "match"))
     groups: set[str] = set()
-    reader = _MatchReader(match, where, problems, groups)
+    reader = _MatchReader(match, where, problems, groups, patterns)
     kinds = reader.names("kind")
     for kind in kinds:
         if kind not in CRASH_KINDS:
@@ -355,8 +357,10 @@ def _conditions(match: Any, where: _Where, problems: list[str]) -> tuple[Conditi
 
 
 class _MatchReader:
-    def __init__(self, match: dict, where: _Where, problems: list[str], groups: set[str]):
+    def __init__(self, match: dict, where: _Where, problems: list[str], groups: set[str],
+                 patterns: dict[str, RulePattern]):
         self.match, self.where, self.problems, self.groups = match, where, problems, groups
+        self.patterns = patterns
 
     def _bad(self, key: str, problem: str) -> None:
         self.problems.append(self.where.at(key, problem, "match"))
@@ -375,7 +379,7 @@ class _MatchReader:
     def integers(self, key: str) -> list[int]:
         return self._list(key, int)
 
-    def regex(self, key: str) -> re.Pattern[str] | None:
+    def regex(self, key: str) -> RulePattern | None:
         value = self.match.get(key)
         if value is None:
             return None
@@ -384,16 +388,19 @@ class _MatchReader:
             return None
         return self._compile(key, value)
 
-    def regexes(self, key: str) -> list[re.Pattern[str]]:
+    def regexes(self, key: str) -> list[RulePattern]:
         compiled = (self._compile(key, pattern) for pattern in self._list(key, str))
         return [pattern for pattern in compiled if pattern is not None]
 
-    def _compile(self, key: str, pattern: str) -> re.Pattern[str] | None:
-        try:
-            compiled = compile_rule_pattern(pattern)
-        except PatternError as error:
-            self._bad(key, str(error))
-            return None
+    def _compile(self, key: str, pattern: str) -> RulePattern | None:
+        compiled = self.patterns.get(pattern)
+        if compiled is None:
+            try:
+                compiled = rule_pattern(pattern)  # checked in full, compiled when first used
+            except PatternError as error:
+                self._bad(key, str(error))
+                return None
+            self.patterns[pattern] = compiled
         self.groups.update(compiled.groupindex)
         return compiled
 

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from ..records import Crash, Explanation, RuleMatch, ServiceContext
 from .evidence import MILESTONE_MARK, CrashEvidence, gather
 from .expression import UNKNOWN, Expression
+from .regex import RulePattern
 
 CONTEXT_NAMES = frozenset(ServiceContext().variables())
 
@@ -69,23 +70,23 @@ class Conditions:
 
     kinds: tuple[str, ...] = ()
     exceptions: tuple[str, ...] = ()  # short names
-    messages: tuple[re.Pattern[str], ...] = ()  # any of them, on the same error as `exceptions`
-    messages_absent: tuple[re.Pattern[str], ...] = ()  # none may match any error of the chain
-    wrapper: re.Pattern[str] | None = None
+    messages: tuple[RulePattern, ...] = ()  # any of them, on the same error as `exceptions`
+    messages_absent: tuple[RulePattern, ...] = ()  # none may match any error of the chain
+    wrapper: RulePattern | None = None
     inner_exceptions: tuple[str, ...] = ()
-    inner_message: re.Pattern[str] | None = None
-    prefix: re.Pattern[str] | None = None
-    frames: tuple[re.Pattern[str], ...] = ()  # each must match some frame
-    frames_absent: tuple[re.Pattern[str], ...] = ()  # none may match any frame
+    inner_message: RulePattern | None = None
+    prefix: RulePattern | None = None
+    frames: tuple[RulePattern, ...] = ()  # each must match some frame
+    frames_absent: tuple[RulePattern, ...] = ()  # none may match any frame
     exit_codes: tuple[int, ...] = ()
     signals: tuple[int, ...] = ()
     phases: tuple[str, ...] = ()  # any of them: the phase the service was in
     frame_families: tuple[str, ...] = ()  # each key: any of its families present
     exception_families: tuple[str, ...] = ()
     message_families: tuple[str, ...] = ()
-    raised_in: re.Pattern[str] | None = None  # the innermost frame: the code that raised
+    raised_in: RulePattern | None = None  # the innermost frame: the code that raised
     message_families_absent: tuple[str, ...] = ()  # none of these families in the chain's messages
-    context: re.Pattern[str] | None = None  # some line printed just before the crash (not a milestone)
+    context: RulePattern | None = None  # some line printed just before the crash (not a milestone)
 
     @property
     def weight(self) -> int:
@@ -262,10 +263,14 @@ def _groups(found: re.Match[str]) -> dict[str, Any]:
     return {name: _number(value) for name, value in found.groupdict().items() if value is not None}
 
 
+_INTEGER = re.compile(r"-?\d+")  # compiled with the module, not by the first crash's captures
+_DECIMAL = re.compile(r"-?\d+\.\d*")
+
+
 def _number(text: str) -> Any:
-    if re.fullmatch(r"-?\d+", text):
+    if _INTEGER.fullmatch(text):
         return int(text)
-    if re.fullmatch(r"-?\d+\.\d*", text):
+    if _DECIMAL.fullmatch(text):
         return float(text)
     return text
 

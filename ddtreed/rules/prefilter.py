@@ -6,21 +6,28 @@ patterns match none of the crash's errors fails `Conditions._error` whatever els
 daemon used to find that out rule by rule: a `search` per pattern per error, ~120 candidate rules
 for a `RuntimeError`, most of the diagnosis's time. `MessagePrefilter` hands every distinct message
 pattern of the rule set to RE2's FilteredRE2 (`re2.Filter`): it extracts the literal strings each
-pattern cannot match without ("atoms"), finds the atoms present in a text with one automaton over
-it, and runs only the patterns whose atoms are there; `Match` returns the patterns that really
-match (each by its own RE2 search), so the verdict per pattern is its own `search`'s. A rule stays a
-candidate only when one of its patterns matched an error its `exceptions` accept: exactly the test
-`_error` makes, so the rules dropped are rules whose evaluation would have returned no match. The
-survivors are evaluated in full as before (captured parameters, `when`, the templates); rules
+pattern cannot match without ("atoms") and finds the atoms present in a text with one automaton
+over it. `Match(text, potential=True)` returns the patterns whose atoms are all there (and the few
+patterns without atoms): a superset of the patterns that match, since a pattern cannot match
+without its atoms. A rule stays a candidate when one of its patterns is such a potential match on
+an error its `exceptions` accept; the rules dropped are rules none of whose patterns can match an
+accepted error, so `_error` would have returned no match for them. The survivors are evaluated in
+full as before: their own `search` decides (captured parameters, `when`, the templates); rules
 without message patterns are never dropped.
+
+The filter's own programs never run (only its atoms are used), so they are built with a small
+memory budget (`FILTER_MAX_MEM`): RE2 then skips the one-pass tables and DFA room it would keep
+for matching, ~2 MiB over the shipped rules. The rules' own programs are compiled in full, when a
+crash first needs them (`regex.RulePattern`); the patterns without atoms, potential for every
+crash, are compiled with the filter.
 
 (A single `re2.Set` of all the patterns was tried first: its many-match automaton over ~200
 patterns with counted repeats thrashes, up to a second per 700-byte message on this box.)
 
 Without RE2, or with a pattern the filter refuses, the filter is off and every candidate is
-evaluated. `tests/test_rules_prefilter.py` checks the equivalence: each pattern's verdict through
-the filter equals its own `search` on every error text of the corpus and the phrasing tests, and the
-diagnoses are identical with and without the filter.
+evaluated. `tests/test_rules_prefilter.py` checks the equivalence: the filter never leaves out a
+pattern whose own `search` matches, on every error text of the corpus and the phrasing tests, and
+the diagnoses are identical with and without the filter.
 """
 
 from __future__ import annotations
@@ -30,6 +37,16 @@ from typing import Iterable, Sequence
 from .model import CrashView, Rule
 from .regex import _options, _re2
 
+# The filter's copies of the patterns are only read for their atoms, never run: a budget this small
+# leaves out RE2's matching tables; a pattern too large for it is added with the default budget.
+FILTER_MAX_MEM = 256 << 10
+
+
+def _add(matcher, text: str, small) -> int:
+    try:
+        return matcher.Add(text, small)
+    except _re2.error:
+        return matcher.Add(text, _options())
 
 
 class MessagePrefilter:
@@ -39,10 +56,11 @@ class MessagePrefilter:
         self.enabled = False
         self._users: dict[int, list[tuple[str, frozenset[str]]]] = {}  # pattern -> (rule id, exceptions)
         self.filtered: frozenset[str] = frozenset()  # rules that name message patterns
-        self.patterns: list = []  # the rules' compiled message patterns, by their index in the filter
+        self.patterns: list = []  # the rules' message patterns, by their index in the filter
         if _re2 is None:  # pragma: no cover - google-re2 is a declared dependency
             return
-        options = _options()
+        small = _options()
+        small.max_mem = FILTER_MAX_MEM
         matcher = _re2.Filter()
         try:
             index_of: dict[str, int] = {}
@@ -55,7 +73,7 @@ class MessagePrefilter:
                 for pattern in messages:
                     text = pattern.pattern
                     if text not in index_of:
-                        index_of[text] = matcher.Add(text, options)
+                        index_of[text] = _add(matcher, text, small)
                         self.patterns.append(pattern)
                     self._users.setdefault(index_of[text], []).append(
                         (rule.id, frozenset(rule.conditions.exceptions)))
@@ -68,10 +86,13 @@ class MessagePrefilter:
         self._matcher = matcher
         self.filtered = frozenset(filtered)
         self.enabled = True
+        for index in self.matching(""):  # no atoms: potential for every crash, so compiled now
+            self.patterns[index].compile_now()
 
     def matching(self, text: str) -> Sequence[int]:
-        """Indices of the patterns whose own search finds `text`."""
-        return self._matcher.Match(text) or ()
+        """Indices of the patterns that may match `text`: every pattern whose own search finds
+        it is among them (and a few that do not)."""
+        return self._matcher.Match(text, potential=True) or ()
 
     def possible(self, view: CrashView) -> set[str] | None:
         """Ids of the rules with message patterns that one of the view's errors satisfies (its

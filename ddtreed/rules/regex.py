@@ -86,13 +86,82 @@ def compile_rule_pattern(pattern: str):
     problem = lint(pattern)
     if problem:
         raise PatternError(problem)
+    return _program(pattern, cached=True)
+
+
+def _program(pattern: str, cached: bool = False):
     if _re2 is None:  # pragma: no cover - only without the declared dependency
         return re.compile(pattern)
     try:
-        return _re2.compile(pattern, _options())
+        program = _re2.compile(pattern, _options())
     except _re2.error as error:
         detail = error.args[0].decode("utf-8", "replace") if error.args and isinstance(
             error.args[0], bytes) else str(error)
         raise PatternError(
             f"pattern {pattern!r} is not supported by the linear-time engine (RE2): {detail} "
             f"(look-arounds and back-references are not allowed in rules)") from None
+    if not cached:
+        # re2.compile keeps each program it makes in its own cache (an lru_cache of 128): a
+        # program checked and thrown away, or one a RulePattern holds, would also stay there.
+        # Nothing in ddtreed compiles a pattern twice expecting that cache (every program is
+        # held where it is used), so dropping it costs no recompile.
+        _re2.purge()
+    return program
+
+
+class RulePattern:
+    """A rule's pattern: its text and named groups from the start, its program on first use.
+
+    A rule set holds ~400 distinct patterns and an RE2 program costs 4 – 25 KB, most of them
+    never run by a given daemon (a crash meets a handful of candidate rules). The loader checks
+    each pattern in full (`rule_pattern`), then keeps only the text; `search` compiles it the
+    first time it is needed (the message prefilter keeps its own lean copies, for atoms only)."""
+
+    __slots__ = ("pattern", "groupindex", "_program")
+
+    def __init__(self, pattern: str, groupindex: dict[str, int]):
+        self.pattern = pattern
+        self.groupindex = groupindex
+        self._program = None
+
+    @property
+    def program(self):
+        """The compiled pattern (RE2 when available), built on first use."""
+        program = self._program
+        if program is None:
+            program = self._program = _program(self.pattern)
+        return program
+
+    @property
+    def compiled(self) -> bool:
+        return self._program is not None
+
+    def compile_now(self) -> None:
+        """Build the program now rather than at the first search."""
+        if self._program is None:
+            self._program = _program(self.pattern)
+
+    def search(self, text: str):
+        program = self._program
+        if program is None:
+            program = self.program
+        return program.search(text)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RulePattern) and other.pattern == self.pattern
+
+    def __hash__(self) -> int:
+        return hash(self.pattern)
+
+    def __repr__(self) -> str:
+        return f"RulePattern({self.pattern!r})"
+
+
+def rule_pattern(pattern: str) -> RulePattern:
+    """`pattern` checked as `compile_rule_pattern` checks it (lint, then a full RE2 compile, whose
+    program is dropped), kept uncompiled until used; PatternError naming the problem."""
+    problem = lint(pattern)
+    if problem:
+        raise PatternError(problem)
+    checked = _program(pattern)
+    return RulePattern(pattern, dict(checked.groupindex))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Iterable
 
 from ..records import Crash, Explanation, RuleMatch, ServiceContext, Signature
+from ..signature import signature_of  # here, not at the first crash: its regexes compile on import
 from .evidence import CrashEvidence
 from .loader import parse_files, rule_files
 from .model import CrashView, Rule, RuleIndex
@@ -143,8 +144,6 @@ class RuleSet:
 
         The first cause wins over its echoes: a child's death or a warm-up request's connection
         error that follow a real crash never decide while that crash is there."""
-        from ..signature import signature_of
-
         if not crashes:
             raise ValueError("diagnose needs at least one crash")
         best: tuple | None = None
