@@ -35,7 +35,7 @@ OTHERS = ["eagle3-draft-extend-logits-vocab-32000-vs-151936", "mtp-bench-one-bat
 COLLECTED = ["dsv25-tp8-capture-cuda-graph-exception-in-run-tp-server-1479", "qwen3-safetensors-load-bus-error",
              "eagle2-pr-deepseek-v2-triton-cuda-graph-attn-logits-alloc-oom-pr-1498",
              "mamba-cache-leak-adder-fails-matched-req-21404", "pybase64-missing-python314-import-sglang",
-             "moe-w2-weight-scale-keyerror-loader-frames", "multi-tokenizer-load-snapshot-zmq-double-bind-27142",
+             "moe-w2-weight-scale-keyerror-loader-frames",
              "spec-retract-decode-oom-verify-alloc-token-slots-14942",
              "glm53-flash-sm120-hicache-mamba-alloc-unspecified-launch-failure"]
 CASES = {
