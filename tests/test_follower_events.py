@@ -128,3 +128,22 @@ def test_a_read_cut_at_its_budget_goes_on_with_the_next_read_without_a_new_event
             reads += 1
         assert lines == ["line %d" % number for number in range(100_000)] and reads > 1
         assert follower.looks == 1
+
+
+def test_an_unfinished_line_read_before_a_copytruncate_is_still_a_line(tmp_path):
+    # The service's last words without a newline ("Fatal Python error: Aborted" then a dying
+    # process), then logrotate's copytruncate: the follower read them already; they are a line, as
+    # at a rename rotation, not dropped with the old content (the fast read and the periodic look).
+    for look in (False, True):
+        path = str(tmp_path / f"service-{look}.log")
+        append(path, CALM + b"Fatal Python error: Aborted")
+        with Follower([path]) as follower:
+            assert lines_of(follower.read()) == [CALM.decode().rstrip("\n")]
+            shutil.copy(path, path + ".1")
+            os.truncate(path, 0)
+            append(path, CALM)
+            if look:
+                os.rename(path, path + ".moving")  # away and back: the same file, but the next read
+                os.rename(path + ".moving", path)  # looks at every path (lstat) instead of a pread
+            seen = read_until(follower, lambda lines: CALM.decode().rstrip("\n") in lines)
+            assert seen == ["Fatal Python error: Aborted", CALM.decode().rstrip("\n")]
