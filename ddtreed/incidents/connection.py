@@ -89,7 +89,11 @@ def sync_wal(path: Path, synced: tuple[int, int] | None) -> tuple[int, int] | No
 
     No -wal file while the store is open means the last connection's checkpoint moved every
     frame into the database file (a checkpoint syncs the WAL before and the database after);
-    the database file is synced then (one fdatasync; it costs little and leaves no doubt)."""
+    the database file is synced then (one fdatasync; it costs little and leaves no doubt).
+
+    SQLite names the -wal after the database's real path (every symlink resolved): a database
+    file that is a link has its -wal next to the link's target, and that directory is synced."""
+    path = Path(os.path.realpath(path))
     try:
         descriptor = os.open(f"{path}-wal", os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
