@@ -272,3 +272,29 @@ def test_make_durable_syncs_the_wal_of_a_database_reached_through_a_symlink(tmp_
     assert synced in ([f"{target}-wal"], [f"{target}-wal", str(target.parent)])
     with Store(path) as store:
         assert store.get(1)["steps"][0]["step"] == "detected"
+
+
+def test_an_incident_made_durable_after_the_wal_was_deleted_survives_a_kill(tmp_path):
+    """Someone deletes the -wal under the running daemon (a cleanup of "temporary" files): SQLite
+    goes on writing into the unlinked file. `make_durable()` must not take the missing -wal for
+    "checkpointed" and sync the database file: the incident committed after it, and the ones in
+    the deleted WAL not checkpointed yet, are then on disk before the daemon acts, and a kill right
+    after loses none of them; the store writes into a -wal at its path again."""
+    path = database_path(tmp_path / "state")
+    script = textwrap.dedent(f"""
+        import os, signal
+        from ddtreed.incidents import Store
+        store = Store({str(path)!r})
+        store.open_incident("crash", message="before the deletion", durable=False)
+        store.make_durable()
+        os.unlink({str(path)!r} + "-wal")
+        store.open_incident("crash", message="after the deletion", durable=False)
+        store.make_durable()
+        store.add_step(2, "diagnosed", "a step after it")
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
+    with Store(path) as store:
+        assert [store.get(i)["message"] for i in (1, 2)] == ["before the deletion", "after the deletion"]
+        assert [step["step"] for step in store.get(2)["steps"]] == ["detected", "diagnosed"]
