@@ -347,6 +347,13 @@ class Follower:
             self._check_shrunk(source, os.fstat(source.fd).st_size, chunks)
             return chunks + self._drain(source)
         if (status.st_dev, status.st_ino) != source.identity:
+            if _empty_file(status):
+                # logrotate `create`: a new empty file. A writer that never reopens its log (a
+                # service whose stdout is the old file) writes on into the old one: it is read
+                # (and polled: its writes no longer reach the watch) until the new one is written.
+                self._orphaned = True
+                self._check_shrunk(source, os.fstat(source.fd).st_size, chunks)
+                return chunks + self._drain(source)
             # Rotation by rename: finish the old file's tail, then follow the new file from 0.
             self._check_shrunk(source, os.fstat(source.fd).st_size, chunks)
             chunks += self._drain(source)
@@ -397,6 +404,11 @@ class Follower:
             identity = (status.st_dev, status.st_ino)
             if source.fd is None and identity == source.refused:
                 continue  # a refused FIFO or link: nothing to read, and no reason to wake up
+            if identity != source.identity and source.fd is not None and _empty_file(status):
+                self._orphaned = True  # still reading the old file (`_poll`): was it written to?
+                if os.fstat(source.fd).st_size != source.offset:
+                    return True
+                continue
             if identity != source.identity or status.st_size != source.offset:
                 return True
         return False
@@ -511,6 +523,11 @@ class Follower:
         source.next_number += len(lines)
         return LogChunk(source=source.path, first_number=first, lines=lines,
                         received_at=self._clock(), text=text)
+
+
+def _empty_file(status: os.stat_result) -> bool:
+    """An empty regular file: a new log nobody wrote to yet (the old one is still followed)."""
+    return stat.S_ISREG(status.st_mode) and status.st_size == 0
 
 
 class _Decoded:
