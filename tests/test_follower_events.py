@@ -128,3 +128,49 @@ def test_a_read_cut_at_its_budget_goes_on_with_the_next_read_without_a_new_event
             reads += 1
         assert lines == ["line %d" % number for number in range(100_000)] and reads > 1
         assert follower.looks == 1
+
+
+def test_an_unfinished_line_read_before_a_copytruncate_is_still_a_line(tmp_path):
+    # The service's last words without a newline ("Fatal Python error: Aborted" then a dying
+    # process), then logrotate's copytruncate: the follower read them already; they are a line, as
+    # at a rename rotation, not dropped with the old content (the fast read and the periodic look).
+    for look in (False, True):
+        path = str(tmp_path / f"service-{look}.log")
+        append(path, CALM + b"Fatal Python error: Aborted")
+        with Follower([path]) as follower:
+            assert lines_of(follower.read()) == [CALM.decode().rstrip("\n")]
+            shutil.copy(path, path + ".1")
+            os.truncate(path, 0)
+            append(path, CALM)
+            if look:
+                os.rename(path, path + ".moving")  # away and back: the same file, but the next read
+                os.rename(path + ".moving", path)  # looks at every path (lstat) instead of a pread
+            seen = read_until(follower, lambda lines: CALM.decode().rstrip("\n") in lines)
+            assert seen == ["Fatal Python error: Aborted", CALM.decode().rstrip("\n")]
+
+
+def test_a_service_that_keeps_writing_after_a_create_rotation_is_still_read(tmp_path):
+    # logrotate's default `create`: the log renamed, a new empty file made at its path. A service
+    # that never reopens its log (SGLang: its stdout is the file ddtreed opened for it) writes on
+    # into the renamed file; its crash must still be read, not lost to the follower switching to
+    # the empty new file. Once the new file is written to (a writer that reopens), that one is
+    # followed, after the old one's last lines.
+    path = str(tmp_path / "service.log")
+    writer = open(path, "ab", buffering=0)  # the service's own descriptor, never reopened
+    writer.write(CALM)
+    with Follower([path]) as follower:
+        assert lines_of(follower.read()) == [CALM.decode().rstrip("\n")]
+        os.rename(path, path + ".1")
+        open(path, "wb").close()  # `create`
+        assert lines_of(follower.read()) == []
+        writer.write(b"Traceback (most recent call last):\nRuntimeError: boom\n")
+        seen = read_until(follower, lambda lines: "RuntimeError: boom" in lines)
+        assert seen == ["Traceback (most recent call last):", "RuntimeError: boom"]
+        writer.write(b"still the old file\n")
+        append(path, b"the new file\n")  # a writer that reopened: the new file from now on
+        seen = read_until(follower, lambda lines: "the new file" in lines)
+        assert seen == ["still the old file", "the new file"]
+        writer.write(b"never read: the old file is left\n")
+        append(path, b"more\n")
+        assert read_until(follower, lambda lines: "more" in lines) == ["more"]
+    writer.close()

@@ -235,3 +235,66 @@ class _Log:
 
     def __init__(self, path: Path):
         self.log_path = path
+
+
+@needs_strace
+def test_make_durable_syncs_the_wal_of_a_database_reached_through_a_symlink(tmp_path):
+    """The database path a symlink to a file elsewhere (the state dir on another disk, linked
+    file by file): SQLite writes the -wal next to the link's target, so `make_durable()` must sync
+    that file, not find no `<link>-wal` and sync the database file, which holds none of the row."""
+    target = tmp_path / "disk" / "incidents.db"
+    target.parent.mkdir()
+    Store(target).close()
+    path = database_path(tmp_path / "state")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(target)
+    script = textwrap.dedent(f"""
+        import os
+        from ddtreed.incidents import Store
+        store = Store({str(path)!r})
+        store.open_incident("crash", message="boom", durable=False)
+        assert os.path.exists({str(target)!r} + "-wal") and not os.path.lexists({str(path)!r} + "-wal")
+        os.write(2, b"@make_durable@")
+        store.make_durable()
+        os.write(2, b"@end@")
+        store.close()
+    """)
+    trace = tmp_path / "trace.txt"
+    subprocess.run(["strace", "-f", "-y", "-o", str(trace), "-e", "trace=write,fdatasync,fsync",
+                    sys.executable, "-c", script], check=True, cwd=REPO, capture_output=True)
+    synced, phase = [], ""
+    for _tid, call, arguments, result in Trace(trace).calls:
+        marker = re.search(r'"@(\w+)@"', arguments) if call == "write" else None
+        if marker:
+            phase = marker.group(1)
+        elif phase == "make_durable" and call in ("fdatasync", "fsync") and result.startswith("0"):
+            synced.append(arguments.split("<", 1)[1].split(">", 1)[0])
+    assert synced in ([f"{target}-wal"], [f"{target}-wal", str(target.parent)])
+    with Store(path) as store:
+        assert store.get(1)["steps"][0]["step"] == "detected"
+
+
+def test_an_incident_made_durable_after_the_wal_was_deleted_survives_a_kill(tmp_path):
+    """Someone deletes the -wal under the running daemon (a cleanup of "temporary" files): SQLite
+    goes on writing into the unlinked file. `make_durable()` must not take the missing -wal for
+    "checkpointed" and sync the database file: the incident committed after it, and the ones in
+    the deleted WAL not checkpointed yet, are then on disk before the daemon acts, and a kill right
+    after loses none of them; the store writes into a -wal at its path again."""
+    path = database_path(tmp_path / "state")
+    script = textwrap.dedent(f"""
+        import os, signal
+        from ddtreed.incidents import Store
+        store = Store({str(path)!r})
+        store.open_incident("crash", message="before the deletion", durable=False)
+        store.make_durable()
+        os.unlink({str(path)!r} + "-wal")
+        store.open_incident("crash", message="after the deletion", durable=False)
+        store.make_durable()
+        store.add_step(2, "diagnosed", "a step after it")
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
+    with Store(path) as store:
+        assert [store.get(i)["message"] for i in (1, 2)] == ["before the deletion", "after the deletion"]
+        assert [step["step"] for step in store.get(2)["steps"]] == ["detected", "diagnosed"]

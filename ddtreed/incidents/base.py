@@ -92,9 +92,22 @@ class StoreBase:
         or tells anyone about the incident."""
         with self._lock:
             try:
-                self._wal_synced = sync_wal(self.path, self._wal_synced)
-            except OSError as error:
+                self._wal_synced = sync_wal(self.path, self._wal_synced, self._wal_deleted)
+            except (sqlite3.Error, OSError) as error:
                 raise translate(error, self.path, "write", self.busy_timeout_s) from error
+
+    def _wal_deleted(self) -> None:
+        """Our -wal was deleted under the open connection (SQLite writes on into the unlinked
+        file; whoever opens the database next never sees its frames): every frame is copied into
+        the database file (which `sync_wal` then syncs), and the connection opened again, so
+        that later commits go to a -wal at the path."""
+        busy, frames, copied = self.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy or copied < frames:  # a reader holds back the frames: the caller retries
+            raise StoreError(f"{self.path}: cannot write: the -wal was deleted and a reader blocks "
+                             "the checkpoint that saves its frames", "locked")
+        self.db.close()
+        self.db = connect(self.path, self.busy_timeout_s)
+        self._wal_synced = None
 
     def together(self, write: Callable[[Any], T]) -> T:
         """`write(store)` as ONE transaction: every write it makes through `store` (this Store)

@@ -80,7 +80,8 @@ def relaxed(db: Database, relax: bool = True) -> Iterator[None]:
         db.conn.execute("PRAGMA synchronous = FULL")
 
 
-def sync_wal(path: Path, synced: tuple[int, int] | None) -> tuple[int, int] | None:
+def sync_wal(path: Path, synced: tuple[int, int] | None,
+             wal_gone: Callable[[], None] | None = None) -> tuple[int, int] | None:
     """What a `synchronous=FULL` commit does after writing its frames, for the frames committed
     so far at NORMAL: `fdatasync` of the -wal file (any descriptor of the file flushes it), and of
     the directory when this -wal file (device, inode) is not `synced` yet: SQLite syncs the
@@ -89,10 +90,19 @@ def sync_wal(path: Path, synced: tuple[int, int] | None) -> tuple[int, int] | No
 
     No -wal file while the store is open means the last connection's checkpoint moved every
     frame into the database file (a checkpoint syncs the WAL before and the database after);
-    the database file is synced then (one fdatasync; it costs little and leaves no doubt)."""
+    the database file is synced then (one fdatasync; it costs little and leaves no doubt).
+    A connection that is open itself (`wal_gone` given) keeps its -wal file while it lives: none
+    at the path means the file was deleted under it, its frames unreachable to the next opener,
+    and `wal_gone()` is called instead (the store checkpoints them into the database file).
+
+    SQLite names the -wal after the database's real path (every symlink resolved): a database
+    file that is a link has its -wal next to the link's target, and that directory is synced."""
+    path = Path(os.path.realpath(path))
     try:
         descriptor = os.open(f"{path}-wal", os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
+        if wal_gone is not None:
+            wal_gone()
         _fdatasync(path)
         return synced
     try:

@@ -337,18 +337,26 @@ class Follower:
         if source.fd is None:
             self._open(source)
             return self._drain(source) if source.fd is not None else []
+        chunks: list[LogChunk] = []
         try:
             status = os.lstat(source.path)  # the entry itself: a link replacing the file is a change
         except (FileNotFoundError, NotADirectoryError):
             # Renamed away or deleted: keep reading the old file, the writer may still append.
             self._warn_missing(source)
             self._orphaned = True  # its writes no longer reach our watch: poll until it is back
-            self._check_shrunk(source, os.fstat(source.fd).st_size)
-            return self._drain(source)
+            self._check_shrunk(source, os.fstat(source.fd).st_size, chunks)
+            return chunks + self._drain(source)
         if (status.st_dev, status.st_ino) != source.identity:
+            if _empty_file(status):
+                # logrotate `create`: a new empty file. A writer that never reopens its log (a
+                # service whose stdout is the old file) writes on into the old one: it is read
+                # (and polled: its writes no longer reach the watch) until the new one is written.
+                self._orphaned = True
+                self._check_shrunk(source, os.fstat(source.fd).st_size, chunks)
+                return chunks + self._drain(source)
             # Rotation by rename: finish the old file's tail, then follow the new file from 0.
-            self._check_shrunk(source, os.fstat(source.fd).st_size)
-            chunks = self._drain(source)
+            self._check_shrunk(source, os.fstat(source.fd).st_size, chunks)
+            chunks += self._drain(source)
             self._flush_partial(source, chunks)
             self._close(source)
             log.info("log_file_rotated", path=source.path)
@@ -357,8 +365,8 @@ class Follower:
         if status.st_size == source.offset and status.st_mtime_ns == source.mtime_ns:
             return []  # untouched since the last read: spare the truncation check and the read
         source.mtime_ns = status.st_mtime_ns
-        self._check_shrunk(source, status.st_size)
-        return self._drain(source)
+        self._check_shrunk(source, status.st_size, chunks)
+        return chunks + self._drain(source)
 
     def _poll_written(self, source: _Source) -> list[LogChunk]:
         """A file inotify says was written to, and nothing else: the same entry as at the last
@@ -367,13 +375,16 @@ class Follower:
             return self._poll(source)
         return self._drain(source)
 
-    def _check_shrunk(self, source: _Source, size: int) -> None:
+    def _check_shrunk(self, source: _Source, size: int, chunks: list[LogChunk]) -> None:
         """copytruncate: the file shrank below our offset: start over at 0."""
         if size < source.offset:
-            self._truncated(source, size)
+            self._truncated(source, size, chunks)
 
-    def _truncated(self, source: _Source, size: int) -> None:
+    def _truncated(self, source: _Source, size: int, chunks: list[LogChunk]) -> None:
+        """Start the file over at 0; an unfinished last line already read is a line (into
+        `chunks`), as at a rename rotation: the old content it ended is gone from the file."""
         log.info("log_file_truncated", path=source.path, offset=source.offset, size=size)
+        self._flush_partial(source, chunks)
         source.offset, source.partial, source.discarding, source.tail = 0, b"", False, b""
 
     def _has_unread(self) -> bool:
@@ -393,6 +404,11 @@ class Follower:
             identity = (status.st_dev, status.st_ino)
             if source.fd is None and identity == source.refused:
                 continue  # a refused FIFO or link: nothing to read, and no reason to wake up
+            if identity != source.identity and source.fd is not None and _empty_file(status):
+                self._orphaned = True  # still reading the old file (`_poll`): was it written to?
+                if os.fstat(source.fd).st_size != source.offset:
+                    return True
+                continue
             if identity != source.identity or status.st_size != source.offset:
                 return True
         return False
@@ -409,7 +425,7 @@ class Follower:
             if check:
                 data = os.pread(source.fd, check + size, source.offset - check)
                 if data[:check] != source.tail:
-                    self._truncated(source, os.fstat(source.fd).st_size)
+                    self._truncated(source, os.fstat(source.fd).st_size, chunks)
                     check = 0
                     continue
                 data, check = data[check:], 0
@@ -507,6 +523,11 @@ class Follower:
         source.next_number += len(lines)
         return LogChunk(source=source.path, first_number=first, lines=lines,
                         received_at=self._clock(), text=text)
+
+
+def _empty_file(status: os.stat_result) -> bool:
+    """An empty regular file: a new log nobody wrote to yet (the old one is still followed)."""
+    return stat.S_ISREG(status.st_mode) and status.st_size == 0
 
 
 class _Decoded:
