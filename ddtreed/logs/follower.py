@@ -116,6 +116,10 @@ class Follower:
         self._look_again_at = 0.0  # monotonic; from then on the next read looks at every file again
         for source in self._sources:
             self._open(source, at_end=from_end)
+        # Lines already in a file when it is opened come with no event to announce them: the first
+        # wait() returns at once, as after a read cut at its budget, instead of after its timeout.
+        self._backlog = any(source.fd is not None and os.fstat(source.fd).st_size > source.offset
+                            for source in self._sources)
 
     def read(self) -> list[LogChunk]:
         """All new complete lines of every followed file (bounded per call); never blocks.
