@@ -71,3 +71,29 @@ def new_rule_file_tests(rules, without, phrasings, near_misses) -> dict:
 
     return {test.__name__: test for test in (test_phrasing_gets_its_category, test_near_miss_keeps_its_category,
                                              test_each_new_rule_is_reached_by_two_phrasings)}
+
+
+def error_lines_in_development_reports(phrasings) -> list[str]:
+    """The error line of each phrasing (the first line that is not a banner, a frame or source)
+    that some development report's text contains: a phrasing must come from a source, not a report."""
+    import json
+    from pathlib import Path
+
+    corpus = Path(__file__).parent / "corpus"
+    split = json.loads((corpus / "split.json").read_text())
+    texts = []
+    for path in sorted(corpus.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                if split.get(entry["id"], "dev") == "dev":
+                    texts.append(entry.get("text") or entry.get("log") or "")
+    assert texts
+    found = []
+    for _, text in phrasings:
+        lines = [line.split("Scheduler hit an exception: ")[-1] for line in text.splitlines()]
+        error_line = next(line.strip() for line in lines if line.strip()
+                          and not line.startswith(("[", "  File", "    ", "Traceback")))
+        if any(error_line in report for report in texts):
+            found.append(error_line)
+    return found

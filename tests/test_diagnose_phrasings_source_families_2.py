@@ -31,14 +31,12 @@ Every text goes through `ddtreed diagnose`'s own path. Near misses (a close word
 elsewhere) get the same category with and without the new file. None of the phrasings is a corpus
 report's text (checked against the development part; the held-out part is never read)."""
 
-import json
-from pathlib import Path
 
-from phrasing_helpers import first_category as category, new_rule_file_tests, traceback_text, with_and_without
+from phrasing_helpers import (error_lines_in_development_reports, first_category as category, new_rule_file_tests,
+                              traceback_text, with_and_without)
 
 NEW_FILE = "source-families-2.toml"
 RULES, WITHOUT = with_and_without(NEW_FILE)
-CORPUS = Path(__file__).parent / "corpus"
 TORCH_HINT = ("\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n"
               "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
 HIP_HINT = ("\nHIP kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n"
@@ -200,23 +198,5 @@ def test_the_new_rules_add_what_the_others_missed():
     assert len(missed) >= len(PHRASINGS) // 2, len(missed)
 
 
-def _development_texts() -> list[str]:
-    split = json.loads((CORPUS / "split.json").read_text())
-    texts = []
-    for path in sorted(CORPUS.glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                entry = json.loads(line)
-                if split.get(entry["id"], "dev") == "dev":
-                    texts.append(entry.get("text") or entry.get("log") or "")
-    return texts
-
-
 def test_no_phrasing_is_a_development_report_s_text():
-    texts = _development_texts()
-    assert texts
-    for _, text in PHRASINGS:
-        lines = [line.split("Scheduler hit an exception: ")[-1] for line in text.splitlines()]
-        error_line = next(line.strip() for line in lines if line.strip()
-                          and not line.startswith(("[", "  File", "    ", "Traceback")))
-        assert not any(error_line in report for report in texts), error_line
+    assert error_lines_in_development_reports(PHRASINGS) == []
