@@ -127,6 +127,11 @@ class RuleSet:
     def get(self, rule_id: str) -> Rule | None:
         return self._by_id.get(rule_id)
 
+    def warm(self, text: str) -> int:
+        """Run the patterns every crash meets (the message patterns without atoms) over `text`
+        once, ahead of the first crash (`MessagePrefilter.warm`); how many."""
+        return self._prefilter.warm(text) if self._prefilter is not None else 0
+
     def decisive(self, diagnosis: "Diagnosis") -> bool:
         """A diagnosis a real rule decided, not unknown and not a last-resort shape rule."""
         rule = self._by_id.get(diagnosis.match.rule_id) if diagnosis.match.rule_id else None

@@ -46,6 +46,7 @@ class ServiceRun:
         self._on_turn, self._on_progress = on_turn, on_progress
         self.serving = None  # a ServingWatch (ddtreed/health/serving.py) once the launch is verified
         self.serving_events: list = []
+        self.reads = 0  # pump turns that read the logs (the warm-up waits for the first)
 
     @property
     def output(self) -> ServiceOutput:
@@ -102,6 +103,7 @@ class ServiceRun:
             return []
         self.follower.wait(timeout)
         chunks = self.follower.read()
+        self.reads += 1
         for chunk in chunks:
             self.assembler.feed(chunk)
             if self.milestones.feed(chunk):
