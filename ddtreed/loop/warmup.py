@@ -94,5 +94,5 @@ class DiagnosisWarmUp:
         warmed = WarmedUp(clock.time(), round((time.thread_time() - started) * 1000, 3),
                           diagnosis.match.rule_id, len(crashes))
         self.history.append(warmed)
-        log.debug("diagnosis_warmed", cpu_ms=warmed.cpu_ms, rule=warmed.rule_id)
+        log.info("diagnosis_warmed", cpu_ms=warmed.cpu_ms, rule=warmed.rule_id)
         return warmed
