@@ -143,15 +143,6 @@ def test_a_real_daemon_warms_up_before_its_first_crash_and_records_only_the_real
     assert incidents[-1]["category"] == "cuda-graph-shape-mismatch"
 
 
-def test_the_rule_set_warms_the_patterns_every_crash_meets():
-    from ddtreed.paths import shipped
-    from ddtreed.rules import RuleSet, load_rules
-
-    rules = load_rules([shipped("rules")])
-    assert rules.warm("RuntimeError: " + "x" * 300) > 0  # the atom-less catch-alls, searched once
-    assert RuleSet(rules.rules, prefilter=False).warm("x") == 0  # no filter: nothing to warm
-
-
 def test_the_assembler_is_busy_while_a_traceback_is_on_its_way():
     from ddtreed.records import LogChunk
     from ddtreed.tracebacks.assembler import Assembler
@@ -162,3 +153,22 @@ def test_the_assembler_is_busy_while_a_traceback_is_on_its_way():
     assert assembler.busy and assembler.take(0.0) == []
     assembler.feed(LogChunk("log", 4, FOUNDING[3:], 0.0))
     assert assembler.take(0.0) and not assembler.busy
+
+
+def test_no_warm_up_once_the_rules_diagnosed_a_crash():
+    """A crash before the warm-up (the store retrying a locked write answers the loop's turns while
+    the state is still `running`): the warm-up never runs inside that crash path, nor after it."""
+    class Assembler:
+        busy = False
+
+    class Service:
+        reads, assembler = 1, Assembler()
+
+    from ddtreed.paths import shipped
+    from ddtreed.rules import load_rules
+    from ddtreed.tracebacks.assembler import assemble_lines
+
+    rules, warm_up = load_rules([shipped("rules")]), DiagnosisWarmUp()
+    assert warm_up.due(rules, "running", Service())
+    rules.diagnose(assemble_lines(FOUNDING)[0])
+    assert not warm_up.due(rules, "running", Service())

@@ -89,17 +89,6 @@ class MessagePrefilter:
         for index in self.matching(""):  # no atoms: potential for every crash, so compiled now
             self.patterns[index].compile_now()
 
-    def warm(self, text: str) -> int:
-        """Search `text` once with each pattern that has no atoms (potential for every crash, its
-        program compiled with the filter), so that RE2 builds those automata now rather than on a
-        daemon's first crash; how many were searched."""
-        if not self.enabled:
-            return 0
-        always = self.matching("")
-        for index in always:
-            self.patterns[index].search(text)
-        return len(always)
-
     def matching(self, text: str) -> Sequence[int]:
         """Indices of the patterns that may match `text`: every pattern whose own search finds
         it is among them (and a few that do not)."""

@@ -118,6 +118,7 @@ class RuleSet:
         self._order = {rule.id: position for position, rule in enumerate(self.rules)}
         self._by_id = {rule.id: rule for rule in self.rules}
         self._index = RuleIndex()
+        self.diagnosed = 0  # calls of `diagnose` (the daemon warm-up's included): one before it makes it moot
         for rule in self.rules:
             self._index.add(rule)
 
@@ -126,11 +127,6 @@ class RuleSet:
 
     def get(self, rule_id: str) -> Rule | None:
         return self._by_id.get(rule_id)
-
-    def warm(self, text: str) -> int:
-        """Run the patterns every crash meets (the message patterns without atoms) over `text`
-        once, ahead of the first crash (`MessagePrefilter.warm`); how many."""
-        return self._prefilter.warm(text) if self._prefilter is not None else 0
 
     def decisive(self, diagnosis: "Diagnosis") -> bool:
         """A diagnosis a real rule decided, not unknown and not a last-resort shape rule."""
@@ -151,6 +147,7 @@ class RuleSet:
         error that follow a real crash never decide while that crash is there."""
         if not crashes:
             raise ValueError("diagnose needs at least one crash")
+        self.diagnosed += 1
         best: tuple | None = None
         seen: dict[tuple, tuple] = {}
         echoes = _echo_test(crashes)
