@@ -16,8 +16,9 @@ import pytest
 
 from ddtreed.cli import main
 from ddtreed.paths import shipped
-from ddtreed.rules import load_rules
+from ddtreed.rules import RuleSet, load_rules
 from ddtreed.rules.loader import parse_files
+from ddtreed.rules.model import CrashView
 from ddtreed.tracebacks import assemble_lines
 
 HERE = Path(__file__).resolve().parent
@@ -79,3 +80,21 @@ def test_patterns_compile_for_a_crashs_candidates_only():
     winner = rules.get(diagnosis.match.rule_id).conditions
     assert any(p.compiled for p in winner.messages) and all(p.compiled for p in winner.frames)
     assert rules.diagnose(group) == diagnosis
+
+
+def test_a_candidates_message_patterns_the_prefilter_rules_out_are_not_searched():
+    """A candidate rule's message patterns whose atoms are not in the error (not a potential
+    match) are skipped unsearched, so never compiled; the diagnosis is the same without the filter."""
+    rules = load_rules([shipped("rules")])
+    group = assemble_lines(FOUNDING.read_text().splitlines(), "x")[0]
+    diagnosis = rules.diagnose(group)
+    prefilter = rules._prefilter
+    potential = {prefilter.patterns[i].pattern for crash in group
+                 for error in CrashView.of(crash).errors for i in prefilter.matching(error.message)}
+    candidates = set().union(*(rules._candidates(CrashView.of(crash)) for crash in group))
+    messages = {p.pattern: p for rule_id in candidates for p in rules.get(rule_id).conditions.messages}
+    ruled_out = [p for text, p in messages.items() if text not in potential]
+    assert ruled_out  # the founding crash's candidates carry patterns the filter rules out...
+    assert not any(p.compiled for p in ruled_out)  # ...and none of them was compiled to be searched
+    plain = RuleSet(rules.rules, prefilter=False).diagnose(group)
+    assert (plain.match, plain.signature) == (diagnosis.match, diagnosis.signature)

@@ -40,6 +40,9 @@ class CrashView:
     errors: tuple[ErrorText, ...]
     frames: tuple[str, ...]  # "module:function" over the crash and its causes
     evidence: CrashEvidence | None = None
+    # error message -> the message patterns that may match it (the prefilter's potential matches,
+    # a superset of those that do): `_error` skips the others unsearched. None: search them all.
+    potential: Mapping[str, frozenset[str]] | None = None
 
     @classmethod
     def of(cls, crash: Crash) -> "CrashView":
@@ -152,7 +155,10 @@ class Conditions:
                 continue
             if not self.messages:
                 return True, f"{error.role} error {error.exception} is one of {list(self.exceptions)}"
+            potential = view.potential.get(error.message) if view.potential is not None else None
             for pattern in self.messages:
+                if potential is not None and pattern.pattern not in potential:
+                    continue  # its atoms are not in the message: it cannot match (prefilter)
                 found = pattern.search(error.message)
                 if found:
                     params.update(_groups(found))

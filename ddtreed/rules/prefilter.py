@@ -98,6 +98,13 @@ class MessagePrefilter:
         """Ids of the rules with message patterns that one of the view's errors satisfies (its
         message matches one of the rule's patterns, its type is one the rule names, if any);
         None when the filter is off: then every rule is possible."""
+        found = self.narrowed(view)
+        return found[0] if found is not None else None
+
+    def narrowed(self, view: CrashView) -> tuple[set[str], dict[str, frozenset[str]]] | None:
+        """`possible(view)`, and per error message the texts of the message patterns that may
+        match it (`CrashView.potential`: a candidate rule's other patterns are not searched);
+        None when the filter is off."""
         if not self.enabled:
             return None
         found: set[str] = set()
@@ -110,4 +117,6 @@ class MessagePrefilter:
                 for rule_id, exceptions in self._users.get(index, ()):
                     if not exceptions or error.short in exceptions:
                         found.add(rule_id)
-        return found
+        potential = {message: frozenset(self.patterns[index].pattern for index in hits)
+                     for message, hits in hits_by_message.items()}
+        return found, potential

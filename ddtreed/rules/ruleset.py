@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Collection, Iterable
 
 from ..records import Crash, Explanation, RuleMatch, ServiceContext, Signature
@@ -118,6 +118,7 @@ class RuleSet:
         self._order = {rule.id: position for position, rule in enumerate(self.rules)}
         self._by_id = {rule.id: rule for rule in self.rules}
         self._index = RuleIndex()
+        self.diagnosed = 0  # calls of `diagnose` (the daemon warm-up's included): one before it makes it moot
         for rule in self.rules:
             self._index.add(rule)
 
@@ -146,6 +147,7 @@ class RuleSet:
         error that follow a real crash never decide while that crash is there."""
         if not crashes:
             raise ValueError("diagnose needs at least one crash")
+        self.diagnosed += 1
         best: tuple | None = None
         seen: dict[tuple, tuple] = {}
         echoes = _echo_test(crashes)
@@ -212,7 +214,8 @@ class RuleSet:
         matches: list[tuple[Any, Rule]] = []
         notes: tuple[str, ...] = ()
         deadline = time.monotonic() + budget_s
-        candidates = sorted(self._candidates(view), key=lambda rule_id: -self._by_id[rule_id].priority)
+        possible, view = self._narrowed(view)
+        candidates = sorted(possible, key=lambda rule_id: -self._by_id[rule_id].priority)
         for evaluated, rule_id in enumerate(candidates):
             if time.monotonic() > deadline:
                 # Highest priorities were tried first, so what is decided is the best of them.
@@ -229,16 +232,23 @@ class RuleSet:
     def _candidates(self, view: CrashView) -> set[str]:
         """The rules indexed under the view's exception types, less those whose message patterns
         match none of its errors (`prefilter.MessagePrefilter`: they could not match)."""
+        return self._narrowed(view)[0]
+
+    def _narrowed(self, view: CrashView) -> tuple[set[str], CrashView]:
+        """`_candidates(view)`, and the view with its `potential` message patterns per error (a
+        candidate's patterns the prefilter rules out are then not searched), when the filter is on."""
         candidates = self._index.candidates(view)
         if not self.use_prefilter:
-            return candidates
+            return candidates, view
         if self._prefilter is None:
             self._prefilter = MessagePrefilter(self.rules)
-        possible = self._prefilter.possible(view)
-        if possible is None:
-            return candidates
+        narrowed = self._prefilter.narrowed(view)
+        if narrowed is None:
+            return candidates, view
+        possible, potential = narrowed
         filtered = self._prefilter.filtered
-        return {rule_id for rule_id in candidates if rule_id not in filtered or rule_id in possible}
+        return ({rule_id for rule_id in candidates if rule_id not in filtered or rule_id in possible},
+                replace(view, potential=potential))
 
     def _rank(self, rule: Rule, match: RuleMatch) -> tuple:
         # Priority first; then a context-precise match; then the more specific rule; then file order.
