@@ -647,12 +647,14 @@ def unreverse(lines: list[str]) -> list[str]:
     if not any(line.rstrip().endswith(header) for line in lines):
         return lines
     result = list(lines)
+    usual, upside_down = False, 0
     for index, line in enumerate(lines):
         if not line.rstrip().endswith(header):
             continue
         after = next((text for text in lines[index + 1:index + 4] if text.strip()), "")
         if grammar.FRAME.match(grammar.strip_ansi(after)):
-            continue  # the usual order
+            usual = True  # this one is in the usual order
+            continue
         start, frames = index, 0
         while start > 0:
             above = grammar.strip_ansi(lines[start - 1])
@@ -665,6 +667,13 @@ def unreverse(lines: list[str]) -> list[str]:
             start -= 1
         if frames and start < index:
             result[start:index + 1] = lines[start:index + 1][::-1]
+            upside_down += 1
+    if upside_down and not usual:
+        # Every traceback in it upside down: the whole text is newest-first (a log viewer's order),
+        # so all of it is read oldest-first. Chained tracebacks then keep their order (the one
+        # printed last is the crash, not the first cause) and the start-up milestones come before
+        # the crash they date.
+        return lines[::-1]
     return result
 
 
