@@ -76,6 +76,8 @@ def unquote(lines: list[str]) -> list[str]:
     quoted = sum(1 for line in lines if line.startswith(">"))
     if quoted and quoted * 2 >= sum(1 for line in lines if line.strip()):
         lines = [line[_QUOTE.match(line).end():].rstrip() if line.startswith(">") else line for line in lines]
+        # A quoted paste's doubled breaks show only now (`>` alone was a line of text, not a blank).
+        lines = unwrap(undouble(lines))
     return lines
 
 

@@ -1,0 +1,59 @@
+"""Noise that comes together in real pastes: an error copied from a rendered page (indentation lost,
+a blank line after every line) and then quoted in a reply (`> ` on each line, `>` alone on the blank
+ones). The quote marks hid the doubled breaks; once they are off, the blank lines go too, and the
+paste reads as the program printed it."""
+
+import pytest
+
+import perturbations as p
+from ddtreed.cli.diagnose_cmd import diagnose_lines
+from ddtreed.paths import shipped
+from ddtreed.rules import load_rules
+from ddtreed.tracebacks.paste import unquote
+from dev_reports import right_as_pasted_and_perturbed
+
+RULES = load_rules([shipped("rules")])
+SITE = "/usr/local/lib/python3.12/dist-packages/sglang/srt"
+TRACEBACK = f"""[2026-03-02 10:00:44 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/managers/scheduler.py", line 2984, in run_scheduler_process
+    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, dp_rank)
+  File "{SITE}/model_executor/model_runner.py", line 410, in load_model
+    self.model = get_model(model_config=self.model_config, load_config=self.load_config)
+  File "{SITE}/model_loader/loader.py", line 370, in load_model
+    model.load_weights(self._get_all_weights(model_config, model))
+  File "{SITE}/models/llama.py", line 508, in load_weights
+    param = params_dict[name]
+KeyError: 'model.layers.55.mlp.gate_up_proj.input_scale'
+"""
+
+
+def diagnose(text: str):
+    return diagnose_lines(text.splitlines(), "<paste>", RULES, None)
+
+
+def copied_and_quoted(text: str) -> str:
+    return p.quoted(p.double_spaced(p.dedent(text)))
+
+
+def test_a_quoted_double_spaced_paste_loses_its_quote_marks_and_its_doubled_breaks():
+    read = unquote(copied_and_quoted(TRACEBACK).splitlines())
+    while read and not read[-1]:
+        read.pop()  # the blank after the last line
+    assert read == p.dedent(TRACEBACK).splitlines()
+
+
+def test_a_weight_load_failure_copied_from_a_page_and_quoted_is_still_a_model_load_error():
+    diagnosis = diagnose(copied_and_quoted(TRACEBACK))[0]
+    assert diagnosis.match.category == "model-load-error"
+    assert diagnosis.crash.exception == "KeyError"
+    assert diagnosis.crash.frames[-1].function == "load_weights"
+
+
+@pytest.mark.parametrize("entry_id", [
+    "gptoss-flashinfer-0210-capture-weight-scale-vec-size",
+    "dsv41-flash-engram-sps-capture-equal-block",
+    "qwen35-35b-eagle-cow-mamba-false-leak-check-memory",
+    "moe-w2-weight-scale-keyerror-loader-frames",
+])
+def test_a_real_report_copied_from_a_page_and_quoted_keeps_its_category(entry_id):
+    right_as_pasted_and_perturbed(entry_id, copied_and_quoted, diagnose)
