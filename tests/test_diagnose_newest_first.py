@@ -76,11 +76,26 @@ def test_one_traceback_upside_down_inside_a_text_in_the_usual_order_is_turned_al
     assert unreverse(mixed) == lines
 
 
+def test_frames_behind_the_prefix_their_header_carries_are_seen_upside_down():
+    prefix = "[2026-03-02 10:00:44] ERROR: "
+    lines = [prefix + "Traceback (most recent call last):",
+             prefix + f'  File "{SITE}/managers/scheduler.py", line 2984, in run_scheduler_process',
+             prefix + "    scheduler.event_loop_normal()",
+             prefix + f'  File "{SITE}/model_executor/model_runner.py", line 410, in load_model',
+             prefix + "    self.model = get_model(model_config=self.model_config)",
+             prefix + "KeyError: 'glm_moe_dsa'"]
+    assert unreverse(lines[::-1]) == lines
+    diagnosis = diagnose("\n".join(lines[::-1]))[0]
+    assert diagnosis.crash.exception == "KeyError"
+    assert diagnosis.crash.frames[-1].function == "load_model"
+
+
 @pytest.mark.parametrize("entry_id", [
     "nsa-piecewise-graph-num-tokens-6-vs-8",
     "sglang-diffusion-flux2-launch-server-post-init-refused-19104",
     "diffusion-generate-deep-gemm-cuda-home-unset-assertion-13468",
     "dsv3-two-node-benchmark-overlap-thread-illegal-memory-access-4585",
+    "sglang-19408-glm5-keyerror-glm-moe-dsa",  # every line behind a logger's `[ts] ERROR: `
 ])
 def test_a_real_report_pasted_newest_first_keeps_its_category(entry_id):
     right_as_pasted_and_perturbed(entry_id, newest_first, diagnose)

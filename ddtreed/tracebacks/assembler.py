@@ -652,12 +652,12 @@ def unreverse(lines: list[str]) -> list[str]:
         if not line.rstrip().endswith(header):
             continue
         after = next((text for text in lines[index + 1:index + 4] if text.strip()), "")
-        if grammar.FRAME.match(grammar.strip_ansi(after)):
+        if grammar.FRAME.match(_past_prefix(line, grammar.strip_ansi(after))):
             usual = True  # this one is in the usual order
             continue
         start, frames = index, 0
         while start > 0:
-            above = grammar.strip_ansi(lines[start - 1])
+            above = _past_prefix(line, grammar.strip_ansi(lines[start - 1]))
             if grammar.FRAME.match(above):
                 frames += 1
             elif above.strip() and not above[:1].isspace() and not grammar.ELISION.match(above.strip()):
@@ -675,6 +675,17 @@ def unreverse(lines: list[str]) -> list[str]:
         # the crash they date.
         return lines[::-1]
     return result
+
+
+def _past_prefix(header_line: str, line: str) -> str:
+    """`line` after what it shares with the start of its traceback's header line: the prefix a
+    logger or a launcher puts on every line (`[ts] ERROR: `, `(WorkerDict pid=9238) `)."""
+    shared = 0
+    for a, b in zip(header_line, line):
+        if a != b:
+            break
+        shared += 1
+    return line[shared:] if shared and line[shared - 1:shared] == " " else line
 
 
 def assemble_lines(lines, source: str = "<lines>", batch: int = 4096,
