@@ -117,8 +117,11 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
     from ..tracebacks import assemble_lines
     from ..tracebacks.assembler import unreverse
     from ..tracebacks.collectors import uncollected
+    from ..tracebacks.paste import unquote
 
-    lines = uncollected(lines)  # journalctl's, kubectl's, CRI's … prefix on every line, colours
+    # A reply's Markdown quote first (`> ` before a collector's prefix: a collected log quoted),
+    # then journalctl's, kubectl's, CRI's … prefix on every line, colours.
+    lines = uncollected(unquote(lines))
     if context is None:
         context = context_from_log(lines)
     groups = assemble_lines(unreverse(lines), source, keep_cut_orphans=True)  # a report's headerless cut frames too

@@ -1,7 +1,12 @@
-"""Noise that comes together in real pastes: an error copied from a rendered page (indentation lost,
-a blank line after every line) and then quoted in a reply (`> ` on each line, `>` alone on the blank
-ones). The quote marks hid the doubled breaks; once they are off, the blank lines go too, and the
-paste reads as the program printed it."""
+"""Noise that comes together in real pastes, each part of which `tests/perturbations.py` applies
+alone:
+
+- an error copied from a rendered page (indentation lost, a blank line after every line) and then
+  quoted in a reply (`> ` on each line, `>` alone on the blank ones): the quote marks hid the
+  doubled breaks; once they are off, the blank lines go too;
+- a collected log (journalctl's, kubectl's, docker's, srun's prefix on every line) quoted in a
+  reply: the quote comes off before the collector's prefix is looked for, and a blank line's
+  prefix, stripped of its trailing space with the quote, is a prefix too."""
 
 import pytest
 
@@ -9,6 +14,7 @@ import perturbations as p
 from ddtreed.cli.diagnose_cmd import diagnose_lines
 from ddtreed.paths import shipped
 from ddtreed.rules import load_rules
+from ddtreed.tracebacks.collectors import uncollected
 from ddtreed.tracebacks.paste import unquote
 from dev_reports import right_as_pasted_and_perturbed
 
@@ -57,3 +63,32 @@ def test_a_weight_load_failure_copied_from_a_page_and_quoted_is_still_a_model_lo
 ])
 def test_a_real_report_copied_from_a_page_and_quoted_keeps_its_category(entry_id):
     right_as_pasted_and_perturbed(entry_id, copied_and_quoted, diagnose)
+
+
+def collected_and_quoted(collector):
+    return lambda text: p.quoted(collector(text))
+
+
+def test_a_blank_line_of_a_quoted_journal_loses_its_prefix_too():
+    lines = ["Dec 01 12:00:00 gpu-node-3 python3[1234]: Fatal Python error: Segmentation fault",
+             "Dec 01 12:00:00 gpu-node-3 python3[1234]:",
+             "Dec 01 12:00:00 gpu-node-3 python3[1234]: Current thread 0x00007f4858f86740 (most recent call first):"]
+    assert uncollected(lines) == ["Fatal Python error: Segmentation fault", "",
+                                  "Current thread 0x00007f4858f86740 (most recent call first):"]
+
+
+@pytest.mark.parametrize("collector", ["journald-prefix", "kubectl-prefix", "docker-timestamps", "srun-label"])
+def test_a_quoted_collected_weight_load_failure_is_still_a_model_load_error(collector):
+    diagnosis = diagnose(collected_and_quoted(p.PERTURBATIONS[collector])(TRACEBACK))[0]
+    assert diagnosis.match.category == "model-load-error"
+    assert diagnosis.crash.exception == "KeyError"
+
+
+@pytest.mark.parametrize("collector,entry_id", [
+    ("journald-prefix", "qwen3-embedding-keyerror-embed-tokens"),
+    ("journald-prefix", "dsv2-lite-a40-segfault-nccl-comm-init-rank"),
+    ("kubectl-prefix", "qwen3-safetensors-load-bus-error"),
+    ("kubectl-prefix", "llama4-scout-custom-allreduce-register-graph-buffers-invalid-arg"),
+])
+def test_a_real_report_collected_and_quoted_keeps_its_category(collector, entry_id):
+    right_as_pasted_and_perturbed(entry_id, collected_and_quoted(p.PERTURBATIONS[collector]), diagnose)
