@@ -5,6 +5,8 @@ the category they get as pasted."""
 
 import pytest
 
+import perturbations as p
+
 from ddtreed.cli.diagnose_cmd import diagnose_lines
 from ddtreed.paths import shipped
 from ddtreed.rules import load_rules
@@ -99,3 +101,11 @@ def test_frames_behind_the_prefix_their_header_carries_are_seen_upside_down():
 ])
 def test_a_real_report_pasted_newest_first_keeps_its_category(entry_id):
     right_as_pasted_and_perturbed(entry_id, newest_first, diagnose)
+
+
+@pytest.mark.parametrize("entry_id", [
+    "gptoss-flashinfer-0210-capture-weight-scale-vec-size",
+    "main-transformers-backends-mapping-valueerror",
+])
+def test_a_real_report_behind_torchruns_rank_prefix_pasted_newest_first_keeps_its_category(entry_id):
+    right_as_pasted_and_perturbed(entry_id, lambda text: newest_first(p.torchrun(text)), diagnose)

@@ -679,13 +679,13 @@ def unreverse(lines: list[str]) -> list[str]:
 
 def _past_prefix(header_line: str, line: str) -> str:
     """`line` after what it shares with the start of its traceback's header line: the prefix a
-    logger or a launcher puts on every line (`[ts] ERROR: `, `(WorkerDict pid=9238) `)."""
+    logger or a launcher puts on every line (`[ts] ERROR: `, `(WorkerDict pid=9238) `, `[rank3]:`)."""
     shared = 0
     for a, b in zip(header_line, line):
         if a != b:
             break
         shared += 1
-    return line[shared:] if shared and line[shared - 1:shared] == " " else line
+    return line[shared:]
 
 
 def assemble_lines(lines, source: str = "<lines>", batch: int = 4096,
