@@ -6,7 +6,9 @@ alone:
   doubled breaks; once they are off, the blank lines go too;
 - a collected log (journalctl's, kubectl's, docker's, srun's prefix on every line) quoted in a
   reply: the quote comes off before the collector's prefix is looked for, and a blank line's
-  prefix, stripped of its trailing space with the quote, is a prefix too."""
+  prefix, stripped of its trailing space with the quote, is a prefix too;
+- a copy from a rendered page pasted into text of single breaks (a Markdown fence, SGLang's issue
+  template): the run of lines one blank apart loses its blanks, the text around it keeps its own."""
 
 import pytest
 
@@ -15,7 +17,7 @@ from ddtreed.cli.diagnose_cmd import diagnose_lines
 from ddtreed.paths import shipped
 from ddtreed.rules import load_rules
 from ddtreed.tracebacks.collectors import uncollected
-from ddtreed.tracebacks.paste import unquote
+from ddtreed.tracebacks.paste import undouble, unquote
 from dev_reports import right_as_pasted_and_perturbed
 
 RULES = load_rules([shipped("rules")])
@@ -92,3 +94,37 @@ def test_a_quoted_collected_weight_load_failure_is_still_a_model_load_error(coll
 ])
 def test_a_real_report_collected_and_quoted_keeps_its_category(collector, entry_id):
     right_as_pasted_and_perturbed(entry_id, collected_and_quoted(p.PERTURBATIONS[collector]), diagnose)
+
+
+def copied_into_the_template(text: str) -> str:
+    return p.in_issue_template(p.double_spaced(p.dedent(text)))
+
+
+def test_a_doubled_copy_inside_a_fence_loses_its_blanks_and_the_template_keeps_its_own():
+    read = undouble(copied_into_the_template(TRACEBACK).splitlines())
+    start = read.index("```") + 1
+    assert read[start:start + len(TRACEBACK.splitlines())] == p.dedent(TRACEBACK).splitlines()
+    assert read[:4] == ["### Describe the bug", "", "The server stops with the output below.", ""]
+
+
+def test_a_few_lines_one_blank_apart_are_the_texts_own_breaks():
+    lines = ["Traceback (most recent call last):", '  File "x.py", line 3, in f', "KeyError: 'a'", "",
+             "During handling of the above exception, another exception occurred:", "",
+             "Traceback (most recent call last):", '  File "x.py", line 5, in g', "RuntimeError: b"]
+    assert undouble(lines) == lines
+
+
+def test_a_weight_load_failure_copied_from_a_page_into_the_issue_template_is_a_model_load_error():
+    diagnosis = diagnose(copied_into_the_template(TRACEBACK))[0]
+    assert diagnosis.match.category == "model-load-error"
+    assert diagnosis.crash.frames[-1].function == "load_weights"
+
+
+@pytest.mark.parametrize("entry_id", [
+    "gptoss-flashinfer-0210-capture-weight-scale-vec-size",
+    "main-transformers-backends-mapping-valueerror",
+    "moe-w2-weight-scale-keyerror-loader-frames",
+    "hicache-mtp-mooncake-store-draft-write-assert",
+])
+def test_a_real_report_copied_from_a_page_into_the_issue_template_keeps_its_category(entry_id):
+    right_as_pasted_and_perturbed(entry_id, copied_into_the_template, diagnose)
