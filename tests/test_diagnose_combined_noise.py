@@ -10,6 +10,12 @@ alone:
 - a copy from a rendered page pasted into text of single breaks (a Markdown fence, SGLang's issue
   template): the run of lines one blank apart loses its blanks, the text around it keeps its own."""
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import perturbations as p
@@ -21,6 +27,7 @@ from ddtreed.tracebacks.paste import undouble, unquote
 from dev_reports import right_as_pasted_and_perturbed
 
 RULES = load_rules([shipped("rules")])
+ROOT = Path(__file__).resolve().parent.parent
 SITE = "/usr/local/lib/python3.12/dist-packages/sglang/srt"
 TRACEBACK = f"""[2026-03-02 10:00:44 TP0] Scheduler hit an exception: Traceback (most recent call last):
   File "{SITE}/managers/scheduler.py", line 2984, in run_scheduler_process
@@ -128,3 +135,22 @@ def test_a_weight_load_failure_copied_from_a_page_into_the_issue_template_is_a_m
 ])
 def test_a_real_report_copied_from_a_page_into_the_issue_template_keeps_its_category(entry_id):
     right_as_pasted_and_perturbed(entry_id, copied_into_the_template, diagnose)
+
+
+def test_the_robustness_benchmark_measures_combined_noise_on_its_own():
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "diagnose_robustness.py"), "--combined",
+                             "--only", "journald+quoted", "--ids"], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert list(report["perturbations"]) == ["journald+quoted"]
+    row = report["perturbations"]["journald+quoted"]
+    assert row["applicable"] == report["right_as_pasted"] > 300
+    assert row["broken"] == []
+
+
+def test_every_combination_is_made_of_named_noise():
+    assert "newest-first" in p.COMBINED
+    singles = set(p.PERTURBATIONS) | {"newest-first", "journald", "torchrun", "kubectl", "compose", "cri"}
+    for name in p.COMBINED:
+        assert set(name.split("+")) <= singles | {n.removesuffix("-prefix") for n in p.PERTURBATIONS}, name
