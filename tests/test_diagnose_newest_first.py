@@ -1,6 +1,7 @@
 """A log pasted newest-line-first (a log viewer's order: Grafana/Loki, a cloud console) is read as
-whole, oldest-first: chained tracebacks keep the crash last (not the first cause) and the start-up
-milestones come before the crash they date. Real development reports, reversed line for line, keep
+whole, oldest-first, by every reader of `ddtreed diagnose` (the assembler, the quoted errors, the
+error lines outside tracebacks): chained tracebacks keep the crash last (not the first cause) and
+the start-up milestones come before the crash they date. Real development reports, reversed line for line, keep
 the category they get as pasted."""
 
 import pytest
@@ -98,6 +99,7 @@ def test_frames_behind_the_prefix_their_header_carries_are_seen_upside_down():
     "diffusion-generate-deep-gemm-cuda-home-unset-assertion-13468",
     "dsv3-two-node-benchmark-overlap-thread-illegal-memory-access-4585",
     "sglang-19408-glm5-keyerror-glm-moe-dsa",  # every line behind a logger's `[ts] ERROR: `
+    "sgl-kernel-deepgemm-nvcc-unsupported-arch-sm100f-9340",  # nvcc's lines around the traceback count too
 ])
 def test_a_real_report_pasted_newest_first_keeps_its_category(entry_id):
     right_as_pasted_and_perturbed(entry_id, newest_first, diagnose)
