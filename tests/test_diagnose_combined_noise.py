@@ -7,6 +7,8 @@ alone:
 - a collected log (journalctl's, kubectl's, docker's, srun's prefix on every line) quoted in a
   reply: the quote comes off before the collector's prefix is looked for, and a blank line's
   prefix, stripped of its trailing space with the quote, is a prefix too;
+- error lines outside any traceback (a transfer engine's glog records) behind torchrun's `[rank3]:`:
+  the prefix comes off and says the rank;
 - a copy from a rendered page pasted into text of single breaks (a Markdown fence, SGLang's issue
   template): the run of lines one blank apart loses its blanks, the text around it keeps its own."""
 
@@ -23,6 +25,7 @@ from ddtreed.cli.diagnose_cmd import diagnose_lines
 from ddtreed.paths import shipped
 from ddtreed.rules import load_rules
 from ddtreed.tracebacks.collectors import uncollected
+from ddtreed.tracebacks.error_lines import error_line_crashes
 from ddtreed.tracebacks.paste import undouble, unquote
 from dev_reports import right_as_pasted_and_perturbed
 
@@ -154,3 +157,22 @@ def test_every_combination_is_made_of_named_noise():
     singles = set(p.PERTURBATIONS) | {"newest-first", "journald", "torchrun", "kubectl", "compose", "cri"}
     for name in p.COMBINED:
         assert set(name.split("+")) <= singles | {n.removesuffix("-prefix") for n in p.PERTURBATIONS}, name
+
+
+GLOG = """[rank3]:[2026-03-02 10:05:00 TP3] Prefill batch. #new-seq: 1, #new-token: 10, #cached-token: 0
+[rank3]:E0302 10:05:01.856248 77969 transfer_metadata_plugin.cpp:173] Unexpected code in http response, GET http://10.0.0.5:8998/metadata?key=mooncake%2Fram%2F10.0.0.6_58f3 response code: 404 response body: metadata not found
+[rank3]:W0302 10:05:01.856264 77969 transfer_metadata.cpp:153] Failed to retrieve segment descriptor, name 10.0.0.6_58f3
+[rank3]:E0302 10:05:01.856300 77969 transfer_engine.cpp:420] Failed to open segment 10.0.0.6_58f3
+"""
+
+
+def test_a_glog_error_record_behind_torchruns_rank_prefix_is_an_error_line_of_that_rank():
+    crashes = error_line_crashes(GLOG.splitlines(), "<paste>")
+    assert [crash.first_line for crash in crashes] == [2, 4]
+    assert {crash.rank for crash in crashes} == {"3"}
+    assert crashes[0].message.startswith("E0302 10:05:01.856248 77969 transfer_metadata_plugin.cpp:173]")
+
+
+def test_a_real_transfer_failure_behind_torchruns_rank_prefix_keeps_its_category():
+    right_as_pasted_and_perturbed("mooncake-pd-transfer-return-error-segment-descriptor-metadata-404-pr-4880",
+                                  p.torchrun, diagnose)
