@@ -103,7 +103,8 @@ def main() -> None:
             per_round = [figures(outputs[index]) for outputs in rounds]
             for key in per_round[0]:
                 values = [figures_of[key] for figures_of in per_round if key in figures_of]
-                if key.startswith(("load_", "runs", "lines", "bytes", "goal_")):
+                # the inputs (how many lines, bytes, runs), the load and the goals; not the rates
+                if key in ("runs", "lines", "bytes") or key.startswith(("load_", "goal_")):
                     continue
                 table.setdefault(key, {})[side] = spread(values, digits=3)
         result[label] = table

@@ -70,6 +70,9 @@ def test_every_rule_has_a_case(rules):
     # Disaggregation's error lines (a request's KV transfer failed or timed out: the server keeps
     # serving, no traceback): diagnose's error-line path reads them (tests/test_diagnose_error_lines.py).
     covered |= {"pd-kv-transfer-timed-out", "pd-request-transfer-failed"}
+    # The router's WARN lines (it gave up on a worker: the router keeps serving, no traceback):
+    # diagnose's paste path reads them (tests/test_diagnose_phrasings_source_families_3.py).
+    covered.add("router-gave-up-on-worker")
     # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
     from ddtreed.cli.diagnose_cmd import diagnose_lines
 

@@ -127,7 +127,8 @@ class Assembler:
             count = chunk.line_count  # type: ignore[attr-defined]
             access = _BlockLines(chunk, data, count)
             starts = access.starts
-            selected = scan.candidate_starts(data, state, first_hit)
+            resume = [0]  # where the scan goes on after a run of assert lines taken at once
+            selected = scan.candidate_starts(data, state, first_hit, resume=resume)
         self._current = (chunk, access)
         seen = self._idle_effects
         try:
@@ -151,6 +152,13 @@ class Assembler:
                 if effect is not None:
                     self._apply_idle(state, chunk, index, effect)
                     continue
+                if starts is not None and key[:1] == b"/" and _ASSERT_BYTES in key:
+                    run, end = scan.assert_run(data, start)
+                    if run:  # a device-side assert flood: its lines add asserts, nothing else
+                        self._activity(chunk.received_at).add_assert_run(run, _stripped_lines(data, start, end))
+                        previous = index + run - 1
+                        resume[0] = end
+                        continue
                 self._noted_rank, self._effect = _UNSET, None
                 self._line(state, chunk, index)
                 if self._effect is not None and len(key) <= MAX_IDLE_KEY:
@@ -549,6 +557,18 @@ class Assembler:
             self._group = None
             group = self._activity(now)
         group.add_crash(crash)
+
+
+_ASSERT_BYTES = grammar.DEVICE_ASSERT.encode()
+
+
+def _stripped_lines(data: bytes, start: int, end: int):
+    """The lines of `data[start:end]` (line starts both), decoded and stripped, in order, as read."""
+    while start < end:
+        stop = data.find(b"\n", start, end)
+        stop = end if stop < 0 else stop
+        yield data[start:stop].decode("utf-8", "replace").strip()
+        start = stop + 1
 
 
 class _BlockLines:

@@ -43,6 +43,16 @@ class Group:
         if len(self.assert_samples) < ASSERT_SAMPLES:
             self.assert_samples.append(text[:1000])
 
+    def add_assert_run(self, count: int, texts) -> None:
+        """`count` assert lines in a row, as `add_assert` of each; `texts` yields their texts in
+        order, read only while samples are still kept."""
+        if len(self.assert_samples) < ASSERT_SAMPLES:
+            for text in texts:
+                self.assert_samples.append(text[:1000])
+                if len(self.assert_samples) >= ASSERT_SAMPLES:
+                    break
+        self.asserts += count
+
     def add_nccl(self, crash: Crash) -> None:
         self.nccl.setdefault(crash.source, crash)
 
