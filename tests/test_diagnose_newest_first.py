@@ -97,7 +97,6 @@ def test_frames_behind_the_prefix_their_header_carries_are_seen_upside_down():
     "nsa-piecewise-graph-num-tokens-6-vs-8",
     "sglang-diffusion-flux2-launch-server-post-init-refused-19104",
     "diffusion-generate-deep-gemm-cuda-home-unset-assertion-13468",
-    "dsv3-two-node-benchmark-overlap-thread-illegal-memory-access-4585",
     "sglang-19408-glm5-keyerror-glm-moe-dsa",  # every line behind a logger's `[ts] ERROR: `
     "sgl-kernel-deepgemm-nvcc-unsupported-arch-sm100f-9340",  # nvcc's lines around the traceback count too
 ])
