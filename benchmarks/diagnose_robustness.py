@@ -12,7 +12,11 @@ and which break (dev ids, with the category they got). Test-part reports are dro
 text is read. The diagnosis goes through `ddtreed diagnose`'s own path (the accuracy benchmark's
 predictor: the text written to a file, `diagnose_file`), so CRLF reaches it as a file would.
 
-    PYTHONPATH=$PWD python benchmarks/diagnose_robustness.py [--only NAME ...] [--ids]
+    PYTHONPATH=$PWD python benchmarks/diagnose_robustness.py [--only NAME ...] [--ids] [--combined]
+
+`--combined` runs the COMBINED table instead: several kinds of noise at once, in the order they are
+added (a collector's prefix, a viewer's newest-first order, a page's lost indentation and doubled
+breaks, then a quote, a fence or the issue template), counted apart from the single ones.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from diagnose_accuracy import CORPUS, _right, code_info, load_entries, load_split, predictor  # noqa: E402
-from perturbations import PERTURBATIONS  # noqa: E402
+from perturbations import COMBINED, PERTURBATIONS  # noqa: E402
 
 
 def dev_entries(corpus: Path = CORPUS) -> list[dict]:
@@ -36,7 +40,7 @@ def dev_entries(corpus: Path = CORPUS) -> list[dict]:
     return [entry for entry in load_entries(corpus) if split.get(entry["id"], "dev") == "dev"]
 
 
-def measure(names: list[str]) -> dict:
+def measure(names: list[str], table_of: dict = PERTURBATIONS) -> dict:
     predict = predictor()
     started = time.perf_counter()
     entries = dev_entries()
@@ -44,7 +48,7 @@ def measure(names: list[str]) -> dict:
     right = [entry for entry in entries if _right(entry, predict(entry["id"], texts[entry["id"]]))]
     table = {}
     for name in names:
-        perturb = PERTURBATIONS[name]
+        perturb = table_of[name]
         applicable = kept = 0
         broken = []
         for entry in right:
@@ -68,11 +72,17 @@ def measure(names: list[str]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", choices=sorted(PERTURBATIONS), metavar="NAME",
+    parser.add_argument("--only", nargs="+", choices=sorted(PERTURBATIONS) + sorted(COMBINED), metavar="NAME",
                         help="only these transformations (default: all)")
     parser.add_argument("--ids", action="store_true", help="list the broken reports (dev ids) per transformation")
+    parser.add_argument("--combined", action="store_true",
+                        help="the combinations of tests/perturbations.py's COMBINED (several kinds of noise at "
+                             "once) instead of the single transformations; counted on their own")
     args = parser.parse_args()
-    result = measure(args.only or list(PERTURBATIONS))
+    if args.combined:
+        result = measure(args.only or list(COMBINED), COMBINED)
+    else:
+        result = measure(args.only or list(PERTURBATIONS))
     if not args.ids:
         for row in result["perturbations"].values():
             row["broken"] = len(row["broken"])

@@ -342,3 +342,43 @@ PERTURBATIONS: dict[str, Callable[[str], str]] = {
     "frame-line-numbers": frame_line_numbers, "model-names": model_names,
     "two-ranks-sequential": two_ranks_sequential, "two-ranks-interleaved": two_ranks_interleaved,
 }
+
+
+# --- several at once ----------------------------------------------------------------------------
+
+def newest_first(text: str) -> str:
+    """A log viewer's newest-first order (Grafana/Loki, a cloud console): every line, upside down."""
+    return "\n".join(reversed(_lines(text)))
+
+
+def _chain(*steps: Callable[[str], str]) -> Callable[[str], str]:
+    def perturb(text: str) -> str:
+        for step in steps:
+            text = step(text)
+        return text
+    return perturb
+
+
+# Noise that comes together, in the order it is added: what printed the lines (a collector's or a
+# launcher's prefix), what showed them (a viewer's order, a rendered page's lost indentation and
+# doubled breaks), then how they were pasted (a quote, a fence, the issue template). Measured apart
+# from PERTURBATIONS (`benchmarks/diagnose_robustness.py --combined`), whose count stays the one of
+# single transformations.
+COMBINED: dict[str, Callable[[str], str]] = {
+    "newest-first": newest_first,
+    "dedent+newest-first": _chain(dedent, newest_first),
+    "journald+newest-first": _chain(journald, newest_first),
+    "torchrun+newest-first": _chain(torchrun, newest_first),
+    "kubectl+newest-first+quoted": _chain(kubectl, newest_first, quoted),
+    "two-ranks-interleaved+newest-first": _chain(two_ranks_interleaved, newest_first),
+    "journald+quoted": _chain(journald, quoted),
+    "docker-timestamps+quoted": _chain(docker_timestamps, quoted),
+    "srun-label+quoted": _chain(srun_label, quoted),
+    "compose+dedent+fenced": _chain(compose, dedent, fenced),
+    "cri+dedent+double-spaced+quoted": _chain(cri, dedent, double_spaced, quoted),
+    "dedent+double-spaced+quoted": _chain(dedent, double_spaced, quoted),
+    "dedent+double-spaced+fenced": _chain(dedent, double_spaced, fenced),
+    "dedent+double-spaced+in-issue-template": _chain(dedent, double_spaced, in_issue_template),
+    "tabs+ansi-lines+compose": _chain(tabs, ansi_lines, compose),
+    "rank-prefix-removed+dedent+cri": _chain(rank_prefix_removed, dedent, cri),
+}

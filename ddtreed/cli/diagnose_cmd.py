@@ -117,11 +117,16 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
     from ..tracebacks import assemble_lines
     from ..tracebacks.assembler import unreverse
     from ..tracebacks.collectors import uncollected
+    from ..tracebacks.paste import unquote
 
-    lines = uncollected(lines)  # journalctl's, kubectl's, CRI's … prefix on every line, colours
+    # A reply's Markdown quote first (`> ` before a collector's prefix: a collected log quoted),
+    # then journalctl's, kubectl's, CRI's … prefix on every line, colours; then a newest-first
+    # paste put back in the order it was written, for every reader below (the launch context, the
+    # assembler, the quoted errors, the error lines).
+    lines = unreverse(uncollected(unquote(lines)))
     if context is None:
         context = context_from_log(lines)
-    groups = assemble_lines(unreverse(lines), source, keep_cut_orphans=True)  # a report's headerless cut frames too
+    groups = assemble_lines(lines, source, keep_cut_orphans=True)  # a report's headerless cut frames too
     diagnoses = [rules.diagnose(group, context) for group in groups]
     if not any(rules.primary(diagnosis) for diagnosis in diagnoses):
         # Nothing assembled, or only crashes no rule knows (a paste cut before its exception
@@ -137,7 +142,7 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
         elif named:
             diagnoses = _announced(lines, source, rules, context, diagnoses)
     if not any(rules.primary(diagnosis) for diagnosis in diagnoses):
-        diagnoses = _error_lines(unreverse(lines), source, rules, context, groups, diagnoses)
+        diagnoses = _error_lines(lines, source, rules, context, groups, diagnoses)
     return diagnoses
 
 

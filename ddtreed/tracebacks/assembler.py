@@ -672,15 +672,17 @@ def unreverse(lines: list[str]) -> list[str]:
     if not any(line.rstrip().endswith(header) for line in lines):
         return lines
     result = list(lines)
+    usual, upside_down = False, 0
     for index, line in enumerate(lines):
         if not line.rstrip().endswith(header):
             continue
         after = next((text for text in lines[index + 1:index + 4] if text.strip()), "")
-        if grammar.FRAME.match(grammar.strip_ansi(after)):
-            continue  # the usual order
+        if grammar.FRAME.match(_past_prefix(line, grammar.strip_ansi(after))):
+            usual = True  # this one is in the usual order
+            continue
         start, frames = index, 0
         while start > 0:
-            above = grammar.strip_ansi(lines[start - 1])
+            above = _past_prefix(line, grammar.strip_ansi(lines[start - 1]))
             if grammar.FRAME.match(above):
                 frames += 1
             elif above.strip() and not above[:1].isspace() and not grammar.ELISION.match(above.strip()):
@@ -690,7 +692,25 @@ def unreverse(lines: list[str]) -> list[str]:
             start -= 1
         if frames and start < index:
             result[start:index + 1] = lines[start:index + 1][::-1]
+            upside_down += 1
+    if upside_down and not usual:
+        # Every traceback in it upside down: the whole text is newest-first (a log viewer's order),
+        # so all of it is read oldest-first. Chained tracebacks then keep their order (the one
+        # printed last is the crash, not the first cause) and the start-up milestones come before
+        # the crash they date.
+        return lines[::-1]
     return result
+
+
+def _past_prefix(header_line: str, line: str) -> str:
+    """`line` after what it shares with the start of its traceback's header line: the prefix a
+    logger or a launcher puts on every line (`[ts] ERROR: `, `(WorkerDict pid=9238) `, `[rank3]:`)."""
+    shared = 0
+    for a, b in zip(header_line, line):
+        if a != b:
+            break
+        shared += 1
+    return line[shared:]
 
 
 def assemble_lines(lines, source: str = "<lines>", batch: int = 4096,

@@ -12,7 +12,8 @@ when its launch command is a wrapper (docker compose's `sglang-1  | `, and CRI's
 assembler's, line by line, live; Ray's actor prefix and torchrun's `[rank3]:` (which says the rank)
 are only the assembler's. Colour codes go too (a collector keeps a program's colours).
 
-Each format is recognised where it starts a line; the loose ones (a number or a word then `: `)
+Each format is recognised where it starts a line (a blank line's prefix may have lost its trailing
+space: a Markdown quote taken off leaves the line stripped); the loose ones (a number or a word then `: `)
 only when most of the text's lines carry them, so prose (`Error: …`) is never taken for a prefix.
 """
 
@@ -27,13 +28,13 @@ _SPECIFIC = re.compile(
     # journalctl: short (`Dec 01 12:00:00`), short-precise (`.123456`), short-iso, short-iso-precise;
     # then the host and the identifier, with its pid or not (`kernel: `).
     r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?"
-    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)) [\w.-]+ [\w.@/:-]+?(?:\[\d+\])?: "
-    r"|\[pod/[\w.-]+/[\w.-]+\] "  # kubectl logs --prefix
-    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d) (?!stdout |stderr )"  # docker logs -t
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)) [\w.-]+ [\w.@/:-]+?(?:\[\d+\])?:(?: |$)"
+    r"|\[pod/[\w.-]+/[\w.-]+\](?: |$)"  # kubectl logs --prefix
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)(?: (?!stdout |stderr )|$)"  # docker logs -t
     r"|\[\d+,\d+\]<(?:stdout|stderr)>: ?"  # mpirun --tag-output
 )
 # Loose formats: Slurm's `srun --label` (`  3: `).
-_LOOSE = re.compile(r" {0,4}\d{1,5}: ")
+_LOOSE = re.compile(r" {0,4}\d{1,5}:(?: |$)")
 MOST = 0.6  # of the non-blank lines: a loose prefix is a prefix only when it starts this many
 HEAD = 400  # lines sampled to decide (a 100,000-line log costs no pass of its own when it has none)
 

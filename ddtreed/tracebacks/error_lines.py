@@ -47,14 +47,17 @@ _NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")
 
 
 def _body(raw: str) -> tuple[str | None, str]:
-    """(rank, text) of a line without ANSI colours, a container's prefix, SGLang's `[time TP0] `
-    prefix, nor a reporter's Markdown around it (`**…**`, backticks)."""
+    """(rank, text) of a line without ANSI colours, a container's prefix, torchrun's `[rank3]:`,
+    SGLang's `[time TP0] ` prefix, nor a reporter's Markdown around it (`**…**`, backticks)."""
     line = grammar.strip_ansi(raw).strip().strip(_MARKUP)
     container = grammar.CONTAINER_PREFIX.match(line) if line[:1] != "[" else None
     if container:
         line = line[container.end():].strip(_MARKUP)
+    torchrun = grammar.TORCH_RANK_PREFIX.match(line)  # torchrun's `[rank3]:` before the line
+    if torchrun:
+        line = line[torchrun.end():]
     _, rank, body = grammar.parse_line(line)
-    return rank, body.strip().rstrip("*`").rstrip()
+    return rank or (torchrun.group("rank") if torchrun else None), body.strip().rstrip("*`").rstrip()
 
 
 def error_line(body: str) -> tuple[str | None, str] | None:

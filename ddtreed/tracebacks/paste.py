@@ -76,6 +76,8 @@ def unquote(lines: list[str]) -> list[str]:
     quoted = sum(1 for line in lines if line.startswith(">"))
     if quoted and quoted * 2 >= sum(1 for line in lines if line.strip()):
         lines = [line[_QUOTE.match(line).end():].rstrip() if line.startswith(">") else line for line in lines]
+        # A quoted paste's doubled breaks show only now (`>` alone was a line of text, not a blank).
+        lines = unwrap(undouble(lines))
     return lines
 
 
@@ -91,7 +93,7 @@ def undouble(lines: list[str]) -> list[str]:
     if len(texts) < MIN_DOUBLED:
         return lines
     if any(head[index + 1].strip() for index in texts):
-        return lines  # two lines in a row: the breaks are the text's own
+        return _undouble_runs(lines)  # two lines in a row: the breaks are the text's own, maybe not all
     result: list[str] = []
     skip = False
     for line in lines:
@@ -100,6 +102,49 @@ def undouble(lines: list[str]) -> list[str]:
             continue
         result.append(line)
         skip = bool(line.strip())
+    return result
+
+
+MIN_DOUBLED_RUN = 6  # lines in a row, each with one blank line after it, inside text of single breaks
+
+
+def _doubled_run_end(lines: list[str], start: int) -> int:
+    """The index of the last text line of the run of text lines, each one blank line apart, that
+    starts at `start` (`start` itself when the next line is not a blank followed by text)."""
+    end = start
+    while end + 2 < len(lines) and not lines[end + 1].strip() and lines[end + 2].strip():
+        end += 2
+    return end
+
+
+def _undouble_runs(lines: list[str]) -> list[str]:
+    """A doubled copy pasted into text of its own (a Markdown fence, an issue template around it):
+    each run of at least MIN_DOUBLED_RUN lines one blank line apart loses those blanks; the rest
+    as it was. The first lines tell whether any such run is there."""
+    head = lines[:DOUBLED_HEAD]
+    index = 0
+    while index < len(head):
+        if head[index].strip():
+            end = _doubled_run_end(head, index)
+            if (end - index) // 2 + 1 >= MIN_DOUBLED_RUN:
+                break
+            index = end + 1
+        else:
+            index += 1
+    else:
+        return lines
+    result: list[str] = list(lines[:index])
+    while index < len(lines):
+        if not lines[index].strip():
+            result.append(lines[index])
+            index += 1
+            continue
+        end = _doubled_run_end(lines, index)
+        if (end - index) // 2 + 1 >= MIN_DOUBLED_RUN:
+            result.extend(lines[index:end + 1:2])
+        else:
+            result.extend(lines[index:end + 1])
+        index = end + 1
     return result
 
 
