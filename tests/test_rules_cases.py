@@ -73,6 +73,9 @@ def test_every_rule_has_a_case(rules):
     # The router's WARN lines (it gave up on a worker: the router keeps serving, no traceback):
     # diagnose's paste path reads them (tests/test_diagnose_phrasings_source_families_3.py).
     covered.add("router-gave-up-on-worker")
+    # The router's start-up wait for workers (INFO/ERROR lines, no traceback): diagnose's paste path reads
+    # them (tests/test_diagnose_phrasings_source_families_4.py).
+    covered.add("router-waited-for-worker-startup")
     # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
     from ddtreed.cli.diagnose_cmd import diagnose_lines
 
