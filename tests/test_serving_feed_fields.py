@@ -89,6 +89,20 @@ def test_real_decode_lines_are_the_strict_form():
     assert all(len(_STRICT_DECODE.findall(line)) == 1 for line in decode)
 
 
+def test_the_benchmark_service_decode_lines_are_the_strict_form():
+    """tests/programs/fast_service.py ends its decode line with a comma (as older SGLang releases
+    did): still one strict match per line, so the daemon under benchmarks/footprint.py reads its
+    floods without the per-line path, and what it reads is what the line-by-line reading reads."""
+    sys.path.insert(0, str(HERE / "programs"))
+    import fast_service
+
+    lines = [fast_service.decode_line(f"TP{step % 2}", step).rstrip("\n") for step in range(200)]
+    assert all(line.endswith(",") for line in lines)
+    assert all(len(_STRICT_DECODE.findall(line)) == 1 for line in lines)
+    for baseline in (None, 3.0, 8.0):
+        feed_both(lines, [20, 7, 1], baseline=baseline)
+
+
 @pytest.mark.parametrize("baseline", [None, 1.0, 3.0, 5.0, 9.0])
 @pytest.mark.parametrize("captured", [True, False])
 def test_real_logs_read_the_same(baseline, captured):
@@ -117,6 +131,12 @@ def decode_line(accept: str | None, graph: str, rank: int, odd: str | None) -> s
     line = f"[2026-12-01 07:54:47 TP{rank}] Decode batch, {body}"
     if odd == "tail":
         line += ", #retracted-req: 0"
+    elif odd == "comma":  # as older releases (and tests/programs/fast_service.py) end it
+        line += ","
+    elif odd == "comma space":
+        line += ", "
+    elif odd == "comma field":
+        line += ", cuda graph: False"
     elif odd == "cr":
         line += "\r"
     elif odd == "twice":
@@ -131,7 +151,8 @@ def decode_line(accept: str | None, graph: str, rank: int, odd: str | None) -> s
 entries = st.one_of(
     st.tuples(st.sampled_from(["4.97", "1.20", "0.50", "3.00", "1.50", "2.99", None]),
               st.sampled_from(["True", "True", "True", "False", "Maybe"]), st.integers(0, 7),
-              st.sampled_from([None] * 12 + ["tail", "cr", "twice", "prefix", "loose"])),
+              st.sampled_from([None] * 12 + ["tail", "cr", "twice", "prefix", "loose", "comma", "comma space",
+                                              "comma field"])),
     st.sampled_from(["[2026-12-01 07:54:47 TP0] Prefill batch, #new-seq: 1, cuda graph: False",
                      "noise, cuda graph: False, accept len: 0.1", "", "  File \"x.py\", line 1, in f",
                      "noise, cuda graph: False, gen throughput (token/s): 1.00, #queue-req: 0",

@@ -40,14 +40,16 @@ _DECODE = re.compile(r"Decode batch, (?P<body>.*)")
 _FIELD = re.compile(r"(?P<key>#?[a-z][a-z \-]*(?: \(token/s\))?): (?P<value>[^,]+)")
 _RANK = re.compile(r"^\[[^\]]*?((?: (?:DP|PP|TP|EP)\d+)+)\]")
 # SGLang's decode line as 0.5.16 prints it, with and without speculative decoding, from its body to
-# the end of the line: (accept len or "", cuda graph). It holds one "Decode batch, " and each key
+# the end of the line (a trailing comma allowed, as older releases and tests/programs/fast_service.py
+# end it: no field follows it, so `decode_fields` reads the same two values):
+# (accept len or "", cuda graph). It holds one "Decode batch, " and each key
 # once, so where a chunk holds as many matches as "Decode batch, "s, each decode line is one match
 # and its two values are those `decode_fields` reads (tests/test_serving_feed_fields.py).
 _DECODE_MARK = "Decode batch, "
 _STRICT_DECODE = re.compile(
     r"Decode batch, #running-req: [0-9]+, #token: [0-9]+, token usage: [0-9]+\.[0-9]+, "
     r"(?:accept len: ([0-9]+\.[0-9]+), accept rate: [0-9]+\.[0-9]+, )?cuda graph: (True|False), "
-    r"gen throughput \(token/s\): [0-9]+\.[0-9]+, #queue-req: [0-9]+$", re.MULTILINE)
+    r"gen throughput \(token/s\): [0-9]+\.[0-9]+, #queue-req: [0-9]+(?:,[ \t]*)?$", re.MULTILINE)
 # The same over a follower's block of bytes (`BlockChunk.block`: no decoding of the chunk), where
 # every "Decode batch, " is one match of `_EVERY_DECODE_BYTES`: the strict line's two groups where
 # the line is strict, two empty groups where it is not (the strict rest cannot hold another mark).

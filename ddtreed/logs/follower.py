@@ -113,6 +113,7 @@ class Follower:
         self._watcher = DirectoryWatch({s.path for s in self._sources})
         self._taken = False  # wait() took the queued events just before the coming read
         self._unfinished: set[str] = set()  # paths a read left with data beyond max_bytes_per_read
+        self._wake_told = False  # a wait() returned for the wake descriptor already
         self._look_again_at = 0.0  # monotonic; from then on the next read looks at every file again
         for source in self._sources:
             self._open(source, at_end=from_end)
@@ -171,6 +172,8 @@ class Follower:
     def wait(self, timeout: float) -> bool:
         """Block until a followed file (or its directory) changed, or `timeout`; True on change."""
         deadline = time.monotonic() + max(0.0, timeout)
+        watcher = self._watcher
+        watcher.wake_quiet = False  # only a poll of this wait tells
         if self._backlog:
             return True
         self._judge()
@@ -181,6 +184,9 @@ class Follower:
                 self._paced = held  # lines came in during the hold-off: still a flood
                 self._taken = watching  # the coming read goes by the events taken just now
                 return True
+            if watcher.woken and not self._wake_told:
+                self._wake_told = True  # the wake descriptor (the service exited): look now
+                return True
             held = False
             # An event only says "look": the write may be one already read.
             remaining = deadline - time.monotonic()
@@ -190,6 +196,24 @@ class Follower:
                 self._watcher.wait(min(remaining, self._poll_interval_s))  # re-watches as it can
             elif not self._watcher.readable(remaining):
                 return False
+
+    def wake_on(self, fd: int) -> None:
+        """Also poll `fd` (the service's pidfd) in every wait and hold-off: once it is readable
+        the wait in progress ends at once (`woken`), and it is polled no more."""
+        self._watcher.wake_on(fd)
+
+    @property
+    def woken(self) -> bool:
+        """The descriptor given to `wake_on` was found readable (the service exited)."""
+        return self._watcher.woken
+
+    def wake_quiet(self) -> bool:
+        """The last `wait()` polled the `wake_on` descriptor, found it not readable, and nothing
+        asked since: the service was running then (its next exit ends the next wait at once).
+        False when no poll of this wait took it in (a backlog, lines already there)."""
+        watcher = self._watcher
+        quiet, watcher.wake_quiet = watcher.wake_quiet, False
+        return quiet
 
     def _watching(self) -> bool:
         """Every directory is watched and no followed file is open under another name: inotify
@@ -263,7 +287,7 @@ class Follower:
         if delay <= 0:
             return False
         self.holds += 1
-        time.sleep(delay)
+        self._watcher.pause(delay)  # ends early when the wake descriptor (the service's exit) is readable
         return True
 
     # --- one source -------------------------------------------------------------------------

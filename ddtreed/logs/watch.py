@@ -71,18 +71,65 @@ class DirectoryWatch:
             self._fd = self._inotify.fileno()
             self._poller = select.poll()
             self._poller.register(self._fd, select.POLLIN)
+        # A descriptor polled with the inotify one (`wake_on`: the service's pidfd), until it is
+        # readable: then `woken`, and it is polled no more (a pidfd stays readable once its
+        # process exited). `wake_quiet`: the last poll took it in and found it not readable.
+        self._wake_fd = -1
+        self.woken = False
+        self.wake_quiet = False
         self.refresh()
+
+    def wake_on(self, fd: int) -> None:
+        """Poll `fd` in every wait and pause too: readable, it ends them at once (`woken`)."""
+        if self._wake_fd >= 0 or self.woken or fd < 0:
+            return
+        self._wake_fd = fd
+        if self._poller is None:
+            self._poller = select.poll()
+        self._poller.register(fd, select.POLLIN)
 
     def wait(self, timeout: float) -> bool:
         """Block up to `timeout` for events; True if one concerned a followed file or directory."""
         return self.readable(timeout) and self.drain()
 
     def readable(self, timeout: float) -> bool:
-        """Block up to `timeout` until events are queued (they stay queued: `take` reads them)."""
+        """Block up to `timeout` until events are queued (they stay queued: `take` reads them)
+        or the wake descriptor is readable (then `woken`)."""
         if self._poller is None:
             time.sleep(max(0.0, timeout))
             return False
-        return bool(self._poller.poll(max(0.0, timeout) * 1000.0))
+        ready = self._poller.poll(max(0.0, timeout) * 1000.0)
+        if self._wake_fd >= 0:
+            self._saw(ready)
+        return bool(ready) and (self._fd >= 0 or self.woken)
+
+    def pause(self, seconds: float) -> bool:
+        """Sleep `seconds` (the flood hold-off: inotify is not looked at), or less when the wake
+        descriptor becomes readable; True then. `select` for its microsecond timeout (`poll`
+        rounds up to the millisecond); `poll` for a descriptor past select's FD_SETSIZE."""
+        fd = self._wake_fd
+        if fd < 0:
+            time.sleep(seconds)
+            return False
+        if fd < 1024:
+            readable = bool(select.select((fd,), (), (), seconds)[0])
+        else:  # pragma: no cover - a daemon holds few descriptors
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            readable = bool(poller.poll(seconds * 1000.0))
+        self._saw([(fd, select.POLLIN)] if readable else [])
+        return self.woken
+
+    def _saw(self, ready: list) -> None:
+        fd = self._wake_fd
+        if any(entry[0] == fd for entry in ready):
+            self.woken, self.wake_quiet, self._wake_fd = True, False, -1
+            if self._poller is not None:
+                self._poller.unregister(fd)
+                if self._fd < 0:
+                    self._poller = None
+        else:
+            self.wake_quiet = True
 
     def drain(self) -> bool:
         """Consume every queued event without blocking; True if one concerned us. A directory
@@ -127,7 +174,7 @@ class DirectoryWatch:
     def close(self) -> None:
         if self._inotify is not None:
             self._inotify.close()  # removes every watch with it
-        self._inotify, self._poller, self.complete = None, None, False
+        self._inotify, self._poller, self.complete, self._wake_fd = None, None, False, -1
         self._watches.clear()
         self._directories_of.clear()
         self._paths_of.clear()

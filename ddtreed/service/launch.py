@@ -116,11 +116,12 @@ class Supervisor:
                  logs=self.log_paths, host=self.host.name)
         return self.process
 
-    def poll(self) -> ExitStatus | None:
-        """The main process' exit status once it ended; rotates oversized logs while it runs."""
+    def poll(self, running: bool = False) -> ExitStatus | None:
+        """The main process' exit status once it ended; rotates oversized logs while it runs.
+        `running`: the caller knows it ran a moment ago (its pidfd was not readable): no waitpid."""
         if self.process is None:
             return None
-        status = self.process.poll()
+        status = None if running else self.process.poll()
         if status is None:
             self._rotate_if_large()
         elif not self._exit_logged:

@@ -46,6 +46,7 @@ class ServiceRun:
         self._on_turn, self._on_progress = on_turn, on_progress
         self.serving = None  # a ServingWatch (ddtreed/health/serving.py) once the launch is verified
         self.serving_events: list = []
+        self._wake_quiet: Callable[[], bool] = lambda: False  # the follower's, once it polls the pidfd
 
     @property
     def output(self) -> ServiceOutput:
@@ -87,7 +88,15 @@ class ServiceRun:
     def start(self) -> int:
         """Spawn the service, then follow its fresh (just rotated) logs from their first line."""
         process = self.supervisor.start()
-        self.follower = self.host.open_follower(self.supervisor.log_paths + list(self.config.paths.extra_logs))
+        self.follower = follower = self.host.open_follower(self.supervisor.log_paths
+                                                           + list(self.config.paths.extra_logs))
+        pidfd = getattr(process, "pidfd", None)
+        wake_on, wake_quiet = getattr(follower, "wake_on", None), getattr(follower, "wake_quiet", None)
+        if pidfd is not None and wake_on is not None and wake_quiet is not None:
+            # The follower's waits and hold-offs poll the service's pidfd: its exit wakes the loop
+            # at once, and while it runs `poll` needs no waitpid per turn.
+            wake_on(pidfd)
+            self._wake_quiet = wake_quiet
         return process.pid
 
     def turn(self) -> None:
@@ -112,7 +121,10 @@ class ServiceRun:
         return self.assembler.take(self.clock.time())
 
     def poll(self) -> ExitStatus | None:
-        return self.supervisor.poll()
+        """The service's exit status once it ended. No waitpid when the last wait polled its
+        pidfd and found it running (the follower's `wake_quiet`): an exit after that poll wakes
+        the next wait at once, and that turn's poll asks the kernel."""
+        return self.supervisor.poll(running=self._wake_quiet())
 
     def drain(self) -> tuple[Crash, ...]:
         """Read what the dead service wrote, then take every pending crash.
@@ -173,6 +185,10 @@ class ServiceRun:
         if self.follower is not None and not self._closed:
             self.follower.close()
         self._closed = True
+        self._wake_quiet = lambda: False
+        close_pidfd = getattr(self.supervisor.process, "close_pidfd", None)
+        if close_pidfd is not None:
+            close_pidfd()
 
 
 class NewestChunks:
