@@ -2,9 +2,8 @@
 
     launch → logs → tracebacks → signature → rules → remediation → restart → health → incidents
 
-Signal handlers only enqueue; the loop acts on them between steps (`_turn`), and every state change
-goes through the lifecycle's transition table. Subscribers get the loop's events (`Outcome`, `Healthy`);
-the demo and tests stop it by `request_stop()`, which enqueues like a SIGTERM."""
+Signal handlers only enqueue; the loop acts on them between steps (`_turn`); every state change goes
+through the lifecycle's table. Subscribers get `Outcome`, `Healthy`; `request_stop()` enqueues a SIGTERM."""
 
 from __future__ import annotations
 
@@ -29,6 +28,7 @@ from ..ops.progress import StartupReport
 from ..ops.status import StatusBoard, canary_status
 from ..health.serving import periodic_check, serving_crash, watch_service
 from ..health.verify import baseline_key, flatten, verify
+from .warmup import DiagnosisWarmUp
 from .wiring import Wiring, build, prober_for, reload, reloaded_launch, service_context
 
 log = structlog.get_logger(__name__)
@@ -42,8 +42,7 @@ class Daemon:
         self.clock = self.wiring.clock
         self.store = self.wiring.store  # DurableStore: a full disk waits, a lost database is replaced
         self.store.wait = self.wait  # ...answering signals and the watchdog while it waits
-        # unset: the SGLang tree must not inherit NOTIFY_SOCKET / WATCHDOG_* and talk to systemd
-        self.notifier = notifier or Notifier.from_environment(unset=True)
+        self.notifier = notifier or Notifier.from_environment(unset=True)  # unset: not for the SGLang tree
         self.ping_watchdog = WatchdogPing(self.notifier, self.clock.monotonic)  # at most once a second
         self.signals = SignalQueue()  # handlers only enqueue; `_turn` acts
         self.launch = Launch(list(config.service.argv), dict(config.service.env))
@@ -62,6 +61,7 @@ class Daemon:
         self.last_incident_id: int | None = None
         self._subscribers: list[Callable[[object], None]] = []
         self.retention = Retention(lambda: self.store, lambda: self.config.incidents, self.clock)
+        self.warm_up = DiagnosisWarmUp()  # the diagnosis path run once while the service loads
 
     # ---- the public API (CLI, promotion, demo, tests) ------------------------------------------
 
@@ -173,8 +173,7 @@ class Daemon:
             self.metrics.healthy_probe(now)
 
     def verify_start(self, window: bool, on_healthy: Callable[[Verdict], None] | None = None) -> Verdict:
-        """Verify the service just started (the window too), then the output canary; `on_healthy`
-        is called the moment the probes pass (before the window)."""
+        """Verify the new start (the window too), then the canary; `on_healthy(verdict)` once probes pass."""
         canary = (lambda verdict: check_canary(self, verdict)) if self.wiring.canary is not None else None
 
         def passed(verdict: Verdict) -> None:
@@ -260,6 +259,7 @@ class Daemon:
         self.hooks.record()
         self.retention.tick()  # [incidents] keep / max_age_days: at start, then hourly, in batches
         self.ping_watchdog()
+        self.warm_up.turn(self.rules, self.lifecycle.state, self.service, self.context, self.clock)  # once: idle
 
     def wait(self, seconds: float, condition: Callable[[], bool] = lambda: False) -> None:
         """Wait up to `seconds` for `condition()`, still answering signals and the watchdog."""

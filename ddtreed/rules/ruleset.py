@@ -118,6 +118,7 @@ class RuleSet:
         self._order = {rule.id: position for position, rule in enumerate(self.rules)}
         self._by_id = {rule.id: rule for rule in self.rules}
         self._index = RuleIndex()
+        self.diagnosed = 0  # calls of `diagnose` (the daemon warm-up's included): one before it makes it moot
         for rule in self.rules:
             self._index.add(rule)
 
@@ -146,6 +147,7 @@ class RuleSet:
         error that follow a real crash never decide while that crash is there."""
         if not crashes:
             raise ValueError("diagnose needs at least one crash")
+        self.diagnosed += 1
         best: tuple | None = None
         seen: dict[tuple, tuple] = {}
         echoes = _echo_test(crashes)

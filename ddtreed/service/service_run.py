@@ -47,6 +47,7 @@ class ServiceRun:
         self.serving = None  # a ServingWatch (ddtreed/health/serving.py) once the launch is verified
         self.serving_events: list = []
         self._wake_quiet: Callable[[], bool] = lambda: False  # the follower's, once it polls the pidfd
+        self.reads = 0  # pump turns that read the logs (the warm-up waits for the first)
 
     @property
     def output(self) -> ServiceOutput:
@@ -111,6 +112,7 @@ class ServiceRun:
             return []
         self.follower.wait(timeout)
         chunks = self.follower.read()
+        self.reads += 1
         for chunk in chunks:
             self.assembler.feed(chunk)
             if self.milestones.feed(chunk):

@@ -535,6 +535,11 @@ class Assembler:
                 if builder.kind == "traceback" and builder.state in (MESSAGE, AFTER):
                     self._finish(state, builder, now)
 
+    @property
+    def busy(self) -> bool:
+        """A traceback is being assembled or a group waits to be taken: a crash is on its way."""
+        return self._group is not None or bool(self._ready) or self._any_open()
+
     def _any_open(self) -> bool:
         return any(state.open or state.pyspy is not None for state in self._states.values())
 
