@@ -27,7 +27,7 @@ QUOTES = (
     "Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access was encountered",
 )
 ECHOES = tuple(line for quote in QUOTES for line in (
-    f"[2026-12-01 08:00:00 TP0] Receive: obj=GenerateReqInput(text={quote!r}, sampling_params={{'max_new_tokens': 64}})",
+    f"[2026-12-01 08:00:00 TP0] Receive: obj=GenerateReqInput(text={quote!r}, sampling_params={{'n': 1}})",
     f"[2026-12-01 08:00:01] Finish: obj=GenerateReqInput(text={quote!r}), out={{'text': 'It means ...'}}",
 ))
 
