@@ -221,8 +221,8 @@ def observed(loop: Loop, crashes: tuple[Crash, ...]) -> bool:
     if loop.service.poll() is not None or any(crash.kind != "traceback" or crash.prefix for crash in crashes):
         return False  # a prefix is SGLang's own "... hit an exception" report: a rank went down
     diagnosis = loop.rules.diagnose(crashes, loop.context)
-    if loop.rules.decisive(diagnosis):
-        return False  # a rule knows this text (not only its shape, as last-resort rules do): a crash
+    if loop.rules.decides_live(diagnosis):
+        return False  # a rule knows this text (not only its shape, nor another program's report of a death)
     loop.wait(OBSERVE_SETTLE_S, lambda: loop.service.poll() is not None)
     if loop.service.poll() is not None or not loop.prober().health(loop.clock.monotonic() + OBSERVE_HEALTH_S).ok:
         return False

@@ -23,7 +23,8 @@ from .model import (
 from .regex import PatternError, RulePattern, rule_pattern
 
 REQUIRED = ("id", "category", "title", "meaning", "match", "diagnosis")
-OPTIONAL = ("when", "precise", "remediations", "advice", "sglang_versions", "references", "priority", "secondary")
+OPTIONAL = ("when", "precise", "remediations", "advice", "sglang_versions", "references", "priority", "secondary",
+            "hearsay")
 MATCH_KEYS = ("kind", "exception", "message", "message_absent", "wrapper", "inner_exception", "inner_message",
               "prefix", "frames", "frames_absent", "exit_code", "signal", "phase", "frame_family",
               "exception_family", "message_family", "raised_in", "message_family_absent", "context")
@@ -230,13 +231,17 @@ def _build(table: Any, where: _Where, problems: list[str],
     if secondary and remediations:
         problems.append(where.at("secondary", "a secondary rule (a notice that another failure happened) "
                                  "cannot name remediations: the cause is printed elsewhere"))
+    hearsay = fields.flag("hearsay")
+    if hearsay and remediations:
+        problems.append(where.at("hearsay", "a hearsay rule (another program's report of a death) "
+                                 "cannot name remediations"))
     if len(problems) > before or conditions is None:
         return None
     return Rule(
         id=rule_id, category=category, title=fields.text("title"), meaning=fields.text("meaning"),
         conditions=conditions, diagnosis=diagnosis, remediations=tuple(remediations), when=when,
         precise=precise, advice=advice, sglang_versions=versions,
-        references=tuple(fields.strings("references")), priority=priority, secondary=secondary,
+        references=tuple(fields.strings("references")), priority=priority, secondary=secondary, hearsay=hearsay,
         source=str(where.path), line=where.line,
     )
 

@@ -302,6 +302,11 @@ class Rule:
     # request refused, a client giving up): the cause is printed elsewhere, so any other crash of
     # the group, or an error the text quotes, decides before it.
     secondary: bool = False
+    # Reads another program's report that a process died or was dropped (a native signal
+    # handler's, the kernel's, the router's, a reporter's word for it): in the Python traceback of
+    # a service still running such words are an echo (a prompt, a handled error's text), so the
+    # rule does not make that traceback a crash (`RuleSet.decides_live`). Offline it decides as any.
+    hearsay: bool = False
     source: str = ""
     line: int = 0
 

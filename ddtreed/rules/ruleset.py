@@ -133,6 +133,12 @@ class RuleSet:
         rule = self._by_id.get(diagnosis.match.rule_id) if diagnosis.match.rule_id else None
         return rule is not None and rule.priority > LAST_RESORT_PRIORITY
 
+    def decides_live(self, diagnosis: "Diagnosis") -> bool:
+        """Decisive for a traceback logged by a service that still runs: not a `hearsay` rule
+        (another program's report of a death, whose words there are an echo)."""
+        rule = self._by_id.get(diagnosis.match.rule_id) if diagnosis.match.rule_id else None
+        return self.decisive(diagnosis) and rule is not None and not rule.hearsay
+
     def primary(self, diagnosis: "Diagnosis") -> bool:
         """Decisive and about a cause: not a secondary rule's notice that something else failed
         (`Rule.secondary`), which evidence printed elsewhere (an error the text quotes) outranks."""

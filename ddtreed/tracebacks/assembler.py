@@ -265,6 +265,8 @@ class Assembler:
     def _tagged(self, state: _SourceState, chunk: LogChunk, index: int, rank, body: str) -> None:
         now, number = chunk.received_at, chunk.first_number + index
         self._ordinary(state, now)
+        if body.startswith(grammar.REQUEST_LOG_PREFIXES):
+            return  # a request logged with its prompt: crash words in it are the user's, not a crash
         if _is_milestone(body):
             state.milestone = body.strip()[:300]
             self._comm.clear()

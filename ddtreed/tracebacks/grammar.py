@@ -128,6 +128,9 @@ ARGPARSE_ERROR = re.compile(
     r"(?P<prog>[\w./ -]{1,80}?): error: (?P<message>(?:unrecognized arguments|argument -|the following "
     r"arguments are required|invalid choice|ambiguous option|expected one argument)[^\n]*)$")
 # The milestones that tell which phase a crash happened in; the last one before it is kept.
+# SGLang's `--log-requests` lines: a request's input and output (the user's words, quoted), never a
+# report of the server's own failure, whatever crash words a prompt quotes.
+REQUEST_LOG_PREFIXES = ("Receive: obj=", "Finish: obj=")
 MILESTONE_NEEDLES = ("Init torch distributed begin", "Load weight begin", "Load weight end",
                      "KV Cache is allocated", "Memory pool end", "Capture cuda graph", "CUDA graph begin",
                      "CUDA graph end", "max_total_num_tokens=", "fired up and ready to roll")
