@@ -9,7 +9,8 @@ moves it. This benchmark runs both sides together instead: each round starts the
 the baseline's real `ddtreed run` (started as the console script starts it, `footprint.LAUNCH`),
 each supervising its own `tests/programs/fast_service.py` logging the same decode lines/s; once
 both founding incidents are resolved, both daemon processes (not their services) are sampled with
-psutil over the same wall-clock seconds: CPU % of a core, voluntary context switches per second
+psutil over the same wall-clock seconds: CPU % of a core (from the threads' schedstat, in ns;
+psutil's 10 ms ticks beside it as `cpu_percent_ticks`), voluntary context switches per second
 (wake-ups), CPU per wake-up, peak RSS. Rounds alternate which side starts first.
 
 The baseline's files come from `git archive REV` (as `compare.py` exports them), so do the
@@ -47,8 +48,8 @@ SAMPLE_EVERY_S = 0.5
 # LAUNCH with the imported package's file said first on stderr: which code this daemon runs.
 LAUNCH_SAYING = ("import sys, ddtreed; sys.stderr.write('ddtreed_imported_from ' + ddtreed.__file__ + '\\n'); "
                  "sys.stderr.flush()\n" + LAUNCH)
-FIGURES = ("cpu_percent", "cpu_us_per_wakeup", "wakeups_per_s", "rss_mb", "uss_mb", "service_lines_per_s",
-           "cpu_percent_service")
+FIGURES = ("cpu_percent", "cpu_percent_ticks", "cpu_us_per_wakeup", "wakeups_per_s", "rss_mb", "uss_mb",
+           "service_lines_per_s", "cpu_percent_service")
 DIFFERENCES = ("cpu_percent", "cpu_us_per_wakeup", "wakeups_per_s", "rss_mb")
 
 
@@ -68,6 +69,18 @@ def imported_from(log_path: Path) -> str | None:
     return None
 
 
+def cpu_ns(pid: int) -> int | None:
+    """The process's CPU time in ns, its threads' `sum_exec_runtime` (/proc/PID/task/*/schedstat):
+    psutil's cpu_times count 10 ms clock ticks, 20 µs of a wake-up over 10 s at 1,000 lines/s."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
 class Watched:
     """One side's daemon, its service and its counters at the start of the sampled seconds."""
 
@@ -79,6 +92,7 @@ class Watched:
     def begin(self) -> None:
         self.lines = count_lines(self.service_log)
         self.cpu = self.process.cpu_times()
+        self.cpu_ns = cpu_ns(self.process.pid)
         self.switches = self.process.num_ctx_switches().voluntary
         self.service_cpu = self.service.cpu_times() if self.service else None
         self.peak_rss = self.process.memory_info().rss
@@ -88,7 +102,9 @@ class Watched:
 
     def end(self, wall: float) -> dict:
         cpu_now, switches_now = self.process.cpu_times(), self.process.num_ctx_switches().voluntary
-        cpu = (cpu_now.user - self.cpu.user) + (cpu_now.system - self.cpu.system)
+        ns_now = cpu_ns(self.process.pid)
+        ticks = (cpu_now.user - self.cpu.user) + (cpu_now.system - self.cpu.system)
+        cpu = ticks if ns_now is None or self.cpu_ns is None else (ns_now - self.cpu_ns) / 1e9
         switches = switches_now - self.switches
         service_cpu = float("nan")
         if self.service is not None and self.service_cpu is not None:
@@ -98,7 +114,8 @@ class Watched:
             except psutil.Error:
                 pass
         lines = count_lines(self.service_log) - self.lines
-        return {"cpu_percent": round(100.0 * cpu / wall, 2),
+        return {"cpu_percent": round(100.0 * cpu / wall, 2), "cpu_percent_ticks": round(100.0 * ticks / wall, 2),
+                "cpu_clock": "schedstat ns" if ns_now is not None and self.cpu_ns is not None else "psutil ticks",
                 "cpu_us_per_wakeup": round(1e6 * cpu / switches, 1) if switches else float("nan"),
                 "wakeups_per_s": round(switches / wall, 1), "rss_mb": round(self.peak_rss / 2**20, 1),
                 "uss_mb": round(self.process.memory_full_info().uss / 2**20, 1),
@@ -179,7 +196,7 @@ def main() -> None:
         "code_path": "the real `ddtreed run` process of each tree (psutil on its pid; LAUNCH of footprint.py), "
                      "each serving its own tests/programs/fast_service.py after the founding incident "
                      "resolved; both sides sampled over the same seconds",
-        "candidate": revisions["candidate"], "baseline": revisions["baseline"],
+        "candidate_rev": revisions["candidate"], "baseline_rev": revisions["baseline"],
         "imported_from": {side: sorted({r[side]["imported_from"] or "?" for r in rounds}) for side in SIDES},
         "rounds": args.rounds, "seconds_per_round": args.seconds, "lines_per_s_target": args.lines_per_s,
         "load_before": load_before}
@@ -187,6 +204,7 @@ def main() -> None:
         result[side] = {key: dict(spread([r[side][key] for r in rounds], digits=2),
                                   per_round=[r[side][key] for r in rounds]) for key in FIGURES}
         result[side]["inotify"] = all(r[side]["inotify"] for r in rounds)
+        result[side]["cpu_clock"] = sorted({r[side]["cpu_clock"] for r in rounds})
     result["difference"] = {}
     for key in DIFFERENCES:
         per_round = [round(r["candidate"][key] - r["baseline"][key], 2) for r in rounds]
