@@ -14,7 +14,8 @@ benchmarks run as follows:
 - with the benchmark's own same-run baseline option when it starts `ddtreed` from the repository
   itself, which `compare.py` cannot swap (`cli_start.py --before-rev REV`, `store_scale.py
   --readers-before-rev REV`, `fleet_status.py --baseline-ref REV`): both sides interleaved by the
-  benchmark, `--runs N` each; min / median / max are over those runs.
+  benchmark, `--runs N` each; min / median / max are over those runs;
+  `footprint_paired.py --against REV` runs both sides at once, over the same seconds, N rounds.
 
 The load (`os.getloadavg`) is recorded before and after each benchmark and, for `compare.py`,
 after every round of each side. Where a benchmark has a baseline of its own inside each run (the
@@ -133,6 +134,11 @@ def _footprint_args(goals, quick, rounds, baseline):
     return ["footprint.py", "--seconds", "1" if quick else "10", "--runs", "1", "--lines-per-s", ",".join(rates)]
 
 
+def _paired_args(goals, quick, rounds, baseline):
+    return ["footprint_paired.py", "--against", baseline, "--rounds", str(rounds), "--seconds", "1" if quick else "10",
+            "--lines-per-s", "1000"]
+
+
 def _store_args(goals, quick, rounds, baseline):
     if quick:
         return ["store_scale.py", "--incidents", "500", "--runs", str(rounds), "--current-only",
@@ -153,6 +159,7 @@ JOBS = {job.name: job for job in (
     Job("detection", "compare", _detection_args),
     Job("relaunch", "compare", _relaunch_args),
     Job("footprint", "compare", _footprint_args),
+    Job("footprint_paired", "native", _paired_args),
     Job("store", "native", _store_args),
     Job("cli", "native", _cli_args),
     Job("fleet", "native", _fleet_args, needs="root, /usr/sbin/sshd and ssh-keygen (.ci/sshd-setup.sh)"),
@@ -318,6 +325,17 @@ def _goals() -> list[Goal]:
                           reference=_footprint(float(rate), "cpu_percent_service"),
                           reference_text="the service's own CPU, same samples",
                           extras={"wakeups_per_s": _footprint(float(rate), "wakeups_per_s")}))
+    goals.append(Goal("cpu_1000_paired", "steady CPU ≤ 2 % of a core while serving, 1,000 lines/s, both daemons "
+                      "at once", "footprint_paired", 2.0, False, "% of a core",
+                      "candidate.cpu_percent (baseline: baseline.cpu_percent, same seconds)",
+                      sides=lambda o: (as_spread(dig(o, "candidate.cpu_percent")),
+                                       as_spread(dig(o, "baseline.cpu_percent")),
+                                       as_spread(dig(o, "candidate.cpu_percent_service"))),
+                      reference_text="the candidate's service's own CPU, same samples",
+                      native_extras={key: (lambda o, key=key: {"candidate": dig(o, f"candidate.{key}"),
+                                                               "baseline": dig(o, f"baseline.{key}"),
+                                                               "difference": dig(o, f"difference.{key}")})
+                                     for key in ("cpu_us_per_wakeup", "wakeups_per_s")}))
     goals.append(Goal("rss", "RSS ≤ 40 MB (the daemon, serving)", "footprint", 40.0, False, "MB",
                       "rss_mb (the larger of the conditions run)", value=_rss,
                       extras={"uss_mb": lambda o: max([median_of(x.get("uss_mb")) or 0 for x in o] or [0]) or None}))
