@@ -39,6 +39,11 @@ ECHOES = (
     "is not valid JSON",
     "ValueError: Invalid request: the prompt 'All retry attempts failed' was refused",
     "ValueError: Invalid request: the prompt 'Removing failed worker: http://10.0.0.5:30000' was refused",
+    # source-families-4's router start-up rule: the router's words quoted in a live server's error
+    "ValueError: Invalid request: the prompt 'Worker http://10.0.0.5:30000 health check is pending with "
+    "status: 503' was refused",
+    "ValueError: Invalid request: the prompt 'Timeout 300s waiting for workers [http://10.0.0.5:30000] to "
+    "become healthy' was refused",
 )
 
 
