@@ -50,10 +50,13 @@ def with_and_without(new_file: str):
             load_rules(sorted(path for path in rule_dir.glob("*.toml") if path.name != new_file)))
 
 
-def new_rule_file_tests(rules, without, phrasings, near_misses) -> dict:
+def new_rule_file_tests(rules, without, phrasings, near_misses, *, from_sources: bool = False) -> dict:
     """The three checks every new rule file gets, as test functions for the module's namespace:
     each phrasing gets its category; each near miss keeps its category with and without the new
-    file; each new rule is reached first by at least two phrasings."""
+    file; each new rule is reached first by at least two phrasings. With `from_sources` (phrasings
+    taken from the libraries' own wordings) two more: without the file at least half of them get
+    another category (the file is not restating older rules), and no phrasing's error line is a
+    development report's text."""
     import pytest
 
     @pytest.mark.parametrize("expected,text", phrasings, ids=[f"{c}-{n}" for n, (c, _) in enumerate(phrasings)])
@@ -69,8 +72,18 @@ def new_rule_file_tests(rules, without, phrasings, near_misses) -> dict:
     def test_each_new_rule_is_reached_by_two_phrasings():
         assert rules_reached_fewer_than_twice(rules, without, phrasings) == set()
 
-    return {test.__name__: test for test in (test_phrasing_gets_its_category, test_near_miss_keeps_its_category,
-                                             test_each_new_rule_is_reached_by_two_phrasings)}
+    def test_the_new_rules_add_what_the_others_missed():
+        missed = [text for expected, text in phrasings if first_category(without, text)[0] != expected]
+        assert len(missed) >= len(phrasings) // 2, len(missed)
+
+    def test_no_phrasing_is_a_development_report_s_text():
+        assert error_lines_in_development_reports(phrasings) == []
+
+    tests = [test_phrasing_gets_its_category, test_near_miss_keeps_its_category,
+             test_each_new_rule_is_reached_by_two_phrasings]
+    if from_sources:
+        tests += [test_the_new_rules_add_what_the_others_missed, test_no_phrasing_is_a_development_report_s_text]
+    return {test.__name__: test for test in tests}
 
 
 def error_lines_in_development_reports(phrasings) -> list[str]:
