@@ -61,7 +61,7 @@ FRAME_FAMILIES: dict[str, str] = {
     "model-config": r"sglang/srt/configs/|sglang/srt/(?:utils/)?hf_transformers_utils\.py:|sglang/srt/utils/hf_transformers/"
                     r"|transformers/models/auto/\w+_auto\.py:from_pretrained$|transformers/(?:configuration_utils"
                     r"|tokenization_utils_base|processing_utils|image_processing_base)\.py:\w*(?:from_pretrained|get_config_dict|dict_from_json_file)",
-    "warm-up": r"http_server\.py:_wait_and_warmup$|:_execute_server_warmup$|^requests/|^urllib3/",
+    "warm-up": r"http_server\.py:_wait_and_warmup$|:_execute_server_warmup$",
     "scheduler": r"managers/scheduler\.py:",
     "import": r"$^",  # set from the innermost frames (gather): a module-level import failed
 }
