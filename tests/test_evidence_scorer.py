@@ -45,7 +45,7 @@ PLACED = [
 ]
 # Words of more than one failure (a kernel that would not launch: a build, a capture or a memory
 # fault?): the calibrated scorer is unsure, below its threshold, and the rules' reading stands.
-AMBIGUOUS = scheduler_crash("layers/moe/fused_moe.py", "out = torch.ops.sgl_kernel.moe_fused_gate(x)",
+AMBIGUOUS = scheduler_crash("layers/attention/flashinfer_backend.py", "out = torch.ops.sgl_kernel.moe_fused_gate(x)",
                             "RuntimeError: Triton kernel launch for sm_120 failed: no kernel image found for this "
                             "architecture")
 # Near misses: the same stack and some of the same words, but nothing that says which failure.
