@@ -64,7 +64,11 @@ NEAR_MISSES = [
 ]
 # No rule matches a user's own script failing; the corpus files such a crash under `other` (none of
 # the failure classes), and so does the scorer, as advice, where `other` is its reading.
+# A user's own script (no SGLang frame, no words of a failure class): no rule knows it. Its batch
+# handler's frame is what the scorer reads as `other` (a module-level frame alone reads as a failed
+# import, the `missing-dependency` family, since the scorer learnt `ifn:<module>` from real reports).
 USER_SCRIPT = ('Traceback (most recent call last):\n  File "/home/me/bench.py", line 10, in <module>\n    main()\n'
+               '  File "/home/me/bench.py", line 7, in handle_batch\n    out = run(x)\n'
                "LookupError: no entry for the given quux\n")
 
 
@@ -202,7 +206,7 @@ def test_explain_marks_a_scorer_decision_and_its_top_features(tmp_path):
     _, out = cli("diagnose", str(log), "--json")
     incident = json.loads(out)["incidents"][0]
     assert incident["scorer"]["category"] == category
-    assert incident["scorer"]["top_features"][0]["feature"].startswith(("w:", "exc:", "msgfam:", "kind:"))
+    assert incident["scorer"]["top_features"][0]["feature"].startswith(("w:", "exc:", "msgfam:", "kind:", "ifn:"))
 
 
 def test_message_words_are_normalised():
