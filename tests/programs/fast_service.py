@@ -72,6 +72,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--crash-after", type=float, default=None,
                         help="crash with the founding traceback this long after start, patched or not")
     parser.add_argument("--events", default=None, help="append 'start|exit <time.time()>' lines here")
+    parser.add_argument("--log-prompts", default=None, metavar="TEMPLATE",
+                        help="log each /generate prompt to stderr as TEMPLATE.format(stamp=…, text=prompt): "
+                             "the prompt written as-is, its own newlines included (a user's request logger)")
     args, _unknown = parser.parse_known_args(argv)  # SGLang flags this stand-in does not model
     return args
 
@@ -101,6 +104,9 @@ def crash(args: argparse.Namespace, width: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+PROMPT_LOG: list[str] = []  # the --log-prompts template, once serving
+
+
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path in ("/health", "/health_generate"):
@@ -112,10 +118,17 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
+        payload = self.rfile.read(length)
         if self.path != "/generate":
             self._send(404, b"not found")
             return
+        if PROMPT_LOG:
+            try:
+                text = json.loads(payload).get("text", "")
+            except (ValueError, AttributeError):
+                text = ""
+            sys.stderr.write(PROMPT_LOG[0].format(stamp=stamp(), text=text) + "\n")
+            sys.stderr.flush()
         body = {"text": " Paris. The capital of France is Paris.",
                 "meta_info": {"completion_tokens": 16, "spec_accept_length": 3.41, "spec_verify_ct": 5}}
         self._send(200, json.dumps(body).encode())
@@ -131,6 +144,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def serve(args: argparse.Namespace) -> None:
+    if args.log_prompts:
+        PROMPT_LOG.append(args.log_prompts)
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print(f"[{stamp()}] The server is fired up and ready to roll!", file=sys.stderr, flush=True)

@@ -1,0 +1,132 @@
+"""A healthy service logging a user's multi-line prompt is no crash (session 9's adversarial pass):
+user code in the service process (a request logger, a plain print) writes the prompt as-is, its
+first line behind the logger's prefix and the rest unprefixed, and the prompt quotes a crash
+report (a `Fatal Python error: Segmentation fault` dump, a `Caught signal 11` report, a CUDA
+illegal-memory-access traceback). Those continuation lines read exactly as a crash the service
+printed itself; the assembler cannot tell them apart, so only the service can: it stays alive and
+keeps answering its health probes, and ddtreed must leave it running (the pid unchanged, no
+remediation, at most an `observed` incident with no stop in its timeline). Real `ddtreed run`,
+real server process (tests/programs/fast_service.py --log-prompts), real sqlite."""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "programs"))
+
+import fast_service  # noqa: E402
+from fault_harness import DaemonProcess, kill_service_sessions, wait_for  # noqa: E402
+from supervision_helpers import free_port  # noqa: E402
+
+from ddtreed.incidents import Store, database_path  # noqa: E402
+from ddtreed.ops.status import read_status  # noqa: E402
+from ddtreed.tracebacks.assembler import assemble_lines  # noqa: E402
+
+PROMPTS = {
+    "fatal-python-error": "\n".join([
+        "Please explain this log:",
+        "Fatal Python error: Segmentation fault",
+        "",
+        "Thread 0x00007f3c2a1ff640 (most recent call first):",
+        '  File "/usr/lib/python3.12/site-packages/foo.py", line 12 in bar',
+        '  File "/usr/lib/python3.12/threading.py", line 1010 in run',
+        "",
+        "Current thread 0x00007f3c3b2e4740 (most recent call first):",
+        '  File "/usr/lib/python3.12/site-packages/foo.py", line 30 in main',
+    ]),
+    "caught-signal": "\n".join([
+        "What does this mean?",
+        "Caught signal 11 (Segmentation fault: address not mapped to object at address 0x49)",
+        "==== backtrace (tid:   2817) ====",
+        " 0  /usr/lib/libucs.so.0(ucs_handle_error+0x2dc) [0x7f3c2a1ff2dc]",
+    ]),
+    "illegal-memory-access": "\n".join([
+        "Why do I get this?",
+        "Traceback (most recent call last):",
+        '  File "/srv/app/train.py", line 40, in <module>',
+        "    loss.backward()",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+        "below might be incorrect.",
+    ]),
+}
+# The logger's prefix on the first line only: a user's own logger, and one that borrows SGLang's tag.
+TEMPLATES = {
+    "user-logger": "[{stamp}] user prompt: {text}",
+    "sglang-tag": "[{stamp} TP0] Receive: {text}",
+}
+CASES = [(prompt, template) for prompt in PROMPTS for template in TEMPLATES
+         if template == "user-logger" or prompt == "fatal-python-error"]
+
+
+@pytest.mark.parametrize("prompt,template", CASES)
+def test_the_logged_prompt_reads_as_a_crash(prompt, template):
+    """What makes the live case hard: as text, the logged prompt is a crash (the same lines a
+    dying service prints), so the live decision cannot rest on the text."""
+    logged = TEMPLATES[template].format(stamp="2026-12-02 10:00:00", text=PROMPTS[prompt])
+    assert [crash for group in assemble_lines([*logged.split("\n"), ""]) for crash in group]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="red: the live loop stops a healthy service for crash text it logged")
+@pytest.mark.parametrize("prompt,template", CASES)
+def test_a_healthy_service_logging_a_prompt_that_quotes_a_crash_is_left_running(tmp_path, prompt, template):
+    directory = tmp_path / "run"
+    directory.mkdir()
+    port = free_port()
+    config = fast_service.write_config(directory, port=port, policy={"max_restarts": 3},
+                                       extra_args=("--log-prompts", TEMPLATES[template]))
+    engine = fast_service.engine_file(directory)  # pre-patched: it serves from its first start
+    anchor = "    num_tokens_per_bs = server_args.speculative_num_draft_tokens\n"
+    engine.write_text(engine.read_text().replace(anchor, anchor + (
+        "    if server_args.speculative_algorithm == 'DDTREE':\n"
+        "        num_tokens_per_bs = server_args.speculative_ddtree_budget + 1\n")))
+    state_dir = directory / "state"
+    daemon = DaemonProcess(config, directory / "daemon.jsonl")
+    try:
+        def running() -> bool:
+            try:
+                status = read_status(state_dir)
+            except ValueError:
+                return False
+            return status is not None and status.pid == daemon.pid and status.state == "running"
+
+        def generate(text: str) -> int:
+            body = json.dumps({"text": text, "sampling_params": {"max_new_tokens": 8}}).encode()
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/generate", data=body, method="POST",
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return answer.status
+
+        wait_for(running, 60, what="the daemon serving")
+        service = read_status(state_dir).service_pid
+        assert not daemon.has("incident_opened")  # a healthy start: no founding crash before the prompt
+        assert generate(PROMPTS[prompt]) == 200
+        wait_for(lambda: daemon.has("traceback_observed") or daemon.has("incident_opened"), 60,
+                 what="the logged prompt judged")
+        wrong = [{key: event.get(key) for key in ("event", "category", "rule", "reason")}
+                 for event in daemon.events() if event.get("event") in ("service.stopping", "incident_opened")]
+        assert wrong == []
+        assert generate("The capital of France is") == 200  # still serving
+        status = read_status(state_dir)
+        assert status.state == "running" and status.service_pid == service and status.restarts == 0
+        assert psutil.pid_exists(service)
+        assert "CUDA_LAUNCH_BLOCKING" not in psutil.Process(service).environ()  # no remediation applied
+        with Store(database_path(state_dir)) as store:
+            assert store.applications() == []
+            incidents = [store.get(i["id"]) for i in store.list_incidents()]
+        # recorded at most as text seen in a live, healthy service: nothing stopped, nothing tried
+        for incident in incidents:
+            assert incident["status"] == "observed", incident
+            assert {step["step"] for step in incident["steps"]} <= {"detected", "diagnosed", "observed"}, incident
+        assert daemon.stop() == 0
+    finally:
+        if daemon.process.poll() is None:
+            daemon.kill()
+        kill_service_sessions(directory)
