@@ -155,7 +155,7 @@ class Daemon:
                               baseline=self.store.baseline(baseline_key(self.context)), on_ok=self.serving_probe_passed)
         while True:
             groups = self.service.pump(TURN_S)
-            if groups and not observed(self, flatten(groups)):  # observed: a live server's handled error
+            if groups and not observed(self, flatten(groups)):  # observed: crash text, the service up and healthy
                 return flatten(groups), self.service.poll()
             exit_status = self.service.poll()
             if exit_status is not None:

@@ -9,6 +9,7 @@ holds, and when none does the signature is frozen and a person is told.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Protocol
 
 import structlog
@@ -26,7 +27,7 @@ from ..health.serving import evidence_of, still_answering, without_echoes
 
 log = structlog.get_logger(__name__)
 
-OBSERVE_SETTLE_S = 2.0  # a service dying of its traceback exits (or fails health) within this
+OBSERVE_SETTLE_S = 2.0  # a service dying of what it printed exits (or fails health) within this
 OBSERVE_HEALTH_S = 5.0  # deadline of the health probe that decides "alive and serving"
 OBSERVED_MERGE_S = 3600.0  # the same handled error again within this: a step, not a new incident
 LAUNCHER_SETTLE_S = 1.0  # a launcher that printed its own error is exiting; it gets this long to finish
@@ -215,42 +216,49 @@ def service_name(loop: Loop) -> str:
 
 
 def observed(loop: Loop, crashes: tuple[Crash, ...]) -> bool:
-    """A complete traceback while the service lives is a crash only with the service failing (it
-    exits or fails health) or when a rule names the text; otherwise it is recorded as an
-    `observed` incident and nothing is restarted (a web framework's handled request error)."""
-    if loop.service.poll() is not None or any(crash.kind != "traceback" or crash.prefix for crash in crashes):
-        return False  # a prefix is SGLang's own "... hit an exception" report: a rank went down
-    diagnosis = loop.rules.diagnose(crashes, loop.context)
-    if loop.rules.decides_live(diagnosis):
-        return False  # a rule knows this text (not only its shape, nor another program's report of a death)
+    """Crash text read while the service lives is a crash only once the service confirms it: it
+    exits within OBSERVE_SETTLE_S, or then fails a health probe. The text alone never decides: the
+    lines a dying service prints are the same lines its own code logs when a user's prompt quotes a
+    crash report (a request logger writing the prompt as-is, its continuation lines unprefixed), or
+    a web framework logs for a handled request error, whatever rule or rank prefix they name. A
+    real crash ends the process (SGLang's tree goes down after its traceback) or stops it answering
+    (a hang, a dead scheduler behind a live launcher). Unconfirmed, the text becomes an `observed`
+    incident and nothing is stopped or restarted."""
+    if loop.service.poll() is not None:
+        return False
     loop.wait(OBSERVE_SETTLE_S, lambda: loop.service.poll() is not None)
     if loop.service.poll() is not None or not loop.prober().health(loop.clock.monotonic() + OBSERVE_HEALTH_S).ok:
         return False
-    record_observed(loop, crashes, diagnosis)
+    record_observed(loop, crashes, loop.rules.diagnose(crashes, loop.context))
     return True
 
 
 def record_observed(loop: Loop, crashes: tuple[Crash, ...], diagnosis) -> None:
-    store, detail = loop.store, "the service stayed up and healthy: recorded, not restarted"
+    store = loop.store
+    detail = "crash text, but the service stayed up and healthy (it did not exit, its health probe passed): " \
+             "not a crash; recorded, not restarted"
     recent = store.find_recent(diagnosis.signature.fingerprint, since=loop.clock.time() - OBSERVED_MERGE_S)
     earlier = next((incident["id"] for incident in recent if incident["status"] == "observed"), None)
     if earlier is not None:
         store.add_step(earlier, "observed", detail, {"tracebacks": len(crashes)})
     else:
+        match = replace(diagnosis.match, remediations=())  # nothing to try: it is not a crash
+        read_as = f"the text reads as: {match.diagnosis}" if match.diagnosis else "no rule matched"
+
         def record(store) -> int:  # one commit (Store.together): the service is left alone
-            opened = store.open_incident("crash", crashes, diagnosis.signature, diagnosis.match, loop.context,
+            opened = store.open_incident("crash", crashes, diagnosis.signature, match, loop.context,
                                          detected_at=min((c.detected_at for c in crashes if c.detected_at),
                                                          default=None),
                                          service=service_name(loop))
-            store.add_step(opened, "diagnosed", diagnosis.match.diagnosis or "no rule matched",
-                           {"rule_id": diagnosis.match.rule_id, "category": diagnosis.match.category})
+            store.add_step(opened, "diagnosed", read_as, {"rule_id": match.rule_id, "category": match.category})
             store.add_step(opened, "observed", detail, {"tracebacks": len(crashes)})
             store.finish(opened, "observed", detail)
             return opened
 
         earlier = store.together(record)
-    log.warning("traceback_observed", exception=crashes[0].exception, incident_id=earlier,
-                hint="a complete traceback from a live, healthy service: not a crash, nothing restarted")
+    log.warning("traceback_observed", kind=crashes[0].kind, exception=crashes[0].exception, incident_id=earlier,
+                category=diagnosis.match.category,
+                hint="crash text from a live, healthy service: not a crash, nothing stopped or restarted")
 
 
 def remediate(loop: Loop, incident_id: int, fingerprint: str, remediations: list[str],

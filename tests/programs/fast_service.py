@@ -75,6 +75,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--log-prompts", default=None, metavar="TEMPLATE",
                         help="log each /generate prompt to stderr as TEMPLATE.format(stamp=…, text=prompt): "
                              "the prompt written as-is, its own newlines included (a user's request logger)")
+    parser.add_argument("--after-logged-prompt", choices=("serve", "exit", "hang"), default="serve",
+                        help="after logging a multi-line prompt: keep serving, die (exit 1, no answer), or stop "
+                             "answering anything (what a real crash or hang does after printing the same text)")
     args, _unknown = parser.parse_known_args(argv)  # SGLang flags this stand-in does not model
     return args
 
@@ -104,11 +107,14 @@ def crash(args: argparse.Namespace, width: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-PROMPT_LOG: list[str] = []  # the --log-prompts template, once serving
+PROMPT_LOG: list[str] = []  # the --log-prompts template and --after-logged-prompt, once serving
+HUNG = threading.Event()  # set: every request waits forever (a hung server)
 
 
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
+        if HUNG.is_set():
+            threading.Event().wait()
         if self.path in ("/health", "/health_generate"):
             self._send(200, b"")
         elif self.path in ("/server_info", "/get_server_info"):
@@ -129,6 +135,11 @@ class Handler(BaseHTTPRequestHandler):
                 text = ""
             sys.stderr.write(PROMPT_LOG[0].format(stamp=stamp(), text=text) + "\n")
             sys.stderr.flush()
+            if PROMPT_LOG[1] == "exit" and "\n" in text:  # a multi-line prompt: not the probes' own
+                os._exit(1)
+            if PROMPT_LOG[1] == "hang" and "\n" in text:
+                HUNG.set()
+                threading.Event().wait()
         body = {"text": " Paris. The capital of France is Paris.",
                 "meta_info": {"completion_tokens": 16, "spec_accept_length": 3.41, "spec_verify_ct": 5}}
         self._send(200, json.dumps(body).encode())
@@ -145,7 +156,7 @@ class Handler(BaseHTTPRequestHandler):
 
 def serve(args: argparse.Namespace) -> None:
     if args.log_prompts:
-        PROMPT_LOG.append(args.log_prompts)
+        PROMPT_LOG[:] = [args.log_prompts, args.after_logged_prompt]
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print(f"[{stamp()}] The server is fired up and ready to roll!", file=sys.stderr, flush=True)
