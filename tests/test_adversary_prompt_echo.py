@@ -27,7 +27,7 @@ from supervision_helpers import free_port  # noqa: E402
 from ddtreed.incidents import Store, database_path  # noqa: E402
 from ddtreed.loop.daemon import EXIT_OK  # noqa: E402
 from ddtreed.ops.status import read_status  # noqa: E402
-from ddtreed.testing import Launch  # noqa: E402
+from ddtreed.testing import Launch, crashing  # noqa: E402
 from ddtreed.tracebacks.assembler import assemble_lines  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -97,6 +97,28 @@ def test_the_loop_still_acts_when_the_service_dies_with_the_same_text(tmp_path):
     incident = loop.incident(outcome.incident_id)
     assert incident["category"] == "illegal-memory-access" and incident["status"] == "open"
     assert "observed" not in loop.steps(outcome.incident_id) and "crashed" in loop.daemon.lifecycle.history
+
+
+@pytest.mark.xfail(strict=True, reason="red: the verification window counts the logged text as a recurrence")
+def test_a_fixed_service_logging_such_a_prompt_in_its_verification_window_keeps_its_fix(tmp_path):
+    """After a fix, the restarted service is watched for a recurrence (the verification window); a
+    prompt quoting a crash that it logs there while it stays up and healthy is no recurrence: the
+    fix is kept and verified, the service not stopped again."""
+    def behaviour(argv, env, start):
+        if "--disable-cuda-graph" in argv:  # fixed; 20 s into its window it logs a user's prompt
+            return Launch(crash_after_s=20.0, crash_lines=_logged("illegal-memory-access", "user-logger"),
+                          crash_exit_code=None)
+        return crashing()
+
+    loop = Loop(tmp_path, behaviour)
+    assert loop.run() == EXIT_OK
+    [outcome] = loop.outcomes
+    incident = loop.incident(outcome.incident_id)
+    assert (outcome.status, incident["remediation_id"]) == ("resolved", "disable-cuda-graph")
+    assert loop.steps(outcome.incident_id) == ["detected", "diagnosed", "skipped", "applied", "restarting",
+                                               "restarted", "healthy", "verified"]
+    assert len(loop.host.launches) == 2  # the fixed service was not stopped for the text
+    assert [i["status"] for i in loop.daemon.store.list_incidents() if i["id"] != outcome.incident_id] == ["observed"]
 
 
 def _pre_patch(directory: Path) -> None:
