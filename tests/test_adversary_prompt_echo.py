@@ -99,7 +99,6 @@ def test_the_loop_still_acts_when_the_service_dies_with_the_same_text(tmp_path):
     assert "observed" not in loop.steps(outcome.incident_id) and "crashed" in loop.daemon.lifecycle.history
 
 
-@pytest.mark.xfail(strict=True, reason="red: the verification window counts the logged text as a recurrence")
 def test_a_fixed_service_logging_such_a_prompt_in_its_verification_window_keeps_its_fix(tmp_path):
     """After a fix, the restarted service is watched for a recurrence (the verification window); a
     prompt quoting a crash that it logs there while it stays up and healthy is no recurrence: the

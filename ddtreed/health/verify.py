@@ -90,14 +90,17 @@ Report = Callable[[dict[str, Any]], None]
 
 def verify(feed: LogFeed, prober: Prober, clock: Clock, probe: ProbeConfig, context: ServiceContext,
            baselines: Baselines, *, window: bool, canary: Callable[[Verdict], Verdict] | None = None,
-           report: Report | None = None, on_healthy: Callable[[Verdict], None] | None = None) -> Verdict:
+           report: Report | None = None, on_healthy: Callable[[Verdict], None] | None = None,
+           not_a_crash: Callable[[tuple[Crash, ...]], bool] | None = None) -> Verdict:
     """Startup, health, generate, acceptance, then (`window`) the verification window, then the canary.
 
     `report(progress)` receives the startup progress and the recurrence watch (`ddtreed.ops.progress`)
     every few seconds; `on_healthy(verdict)` is called the moment the probes passed, before the
     window, so the incident's `healthy` step has the time the service was healthy.
+    `not_a_crash(crashes)` judges crash text read in the window (the loop's `observed`: True when
+    the service stayed up and healthy, the text then no recurrence); without it every one is.
     """
-    stages = _Stages(feed, prober, clock, probe, report or (lambda shown: None))
+    stages = _Stages(feed, prober, clock, probe, report or (lambda shown: None), not_a_crash)
     for stage in (stages.startup, stages.health, stages.generate):
         verdict = stage()
         if not verdict.ok:
@@ -132,9 +135,11 @@ def acceptance(generated: Verdict, context: ServiceContext, probe: ProbeConfig, 
 
 
 class _Stages:
-    def __init__(self, feed: LogFeed, prober: Prober, clock: Clock, probe: ProbeConfig, report: Report):
+    def __init__(self, feed: LogFeed, prober: Prober, clock: Clock, probe: ProbeConfig, report: Report,
+                 not_a_crash: Callable[[tuple[Crash, ...]], bool] | None = None):
         self.feed, self.prober, self.clock, self.probe = feed, prober, clock, probe
         self.report = report
+        self.not_a_crash = not_a_crash or (lambda crashes: False)
 
     def startup(self) -> Verdict:
         feed, clock = self.feed, self.clock
@@ -204,7 +209,7 @@ class _Stages:
                 log.info("watching_for_recurrence", window_s=window_s, left_s=round(deadline - now))
                 self.report(shown)
             groups = feed.pump(self.probe.poll_interval_s)
-            if groups:
+            if groups and not self.not_a_crash(flatten(groups)):  # text the service stayed healthy through
                 return Verdict(False, "crashed again within the verification window", flatten(groups),
                                feed.poll(), stage="window")
             exit_status = feed.poll()

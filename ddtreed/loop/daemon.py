@@ -178,12 +178,12 @@ class Daemon:
 
         def passed(verdict: Verdict) -> None:
             self.publish(last_healthy_at=self.clock.time(), last_accept_length=verdict.accept_length)
-            if on_healthy is not None:
-                on_healthy(verdict)
+            (on_healthy or (lambda verdict: None))(verdict)
 
         try:
             return verify(self.service, self.prober(), self.clock, self.config.probe, self.context, self.store,
-                          window=window, canary=canary, report=self.report, on_healthy=passed)
+                          window=window, canary=canary, report=self.report, on_healthy=passed,
+                          not_a_crash=lambda crashes: observed(self, crashes))
         finally:
             self.publish(progress=None)
 
