@@ -5,7 +5,10 @@ handler), logs `--lines-per-s` SGLang 0.5.16 decode lines of its TP ranks to std
 each, as each rank's logger does), and on SIGUSR2 writes the founding traceback of every rank to
 stderr the way SGLang does (all of it but the last exception line, then that line and its blank
 in a second write), then appends `crash <time.time() after the last write> <pid>` to `--events`.
-It keeps running until the daemon stops it (SIGTERM).
+Then it dies as SGLang's tree does after a rank's traceback (the scheduler's SIGQUIT to the launcher,
+whose handler SIGKILLs the tree and itself): a live, healthy service's crash text is no crash for
+the daemon (it waits for the exit or a failed health probe, ddtreed.loop.incident_path.observed),
+so a service that printed the traceback and went on serving would time the wait, not detection.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ def crash(tp: int, events: str | None) -> None:
     if events:
         with open(events, "a") as handle:
             handle.write(f"crash {written:.6f} {os.getpid()}\n")
+    os.kill(os.getpid(), signal.SIGKILL)  # the launcher's kill of the tree
 
 
 def main(argv: list[str]) -> None:

@@ -4,7 +4,8 @@ Code path timed: the real `ddtreed.loop.daemon.Daemon` (built from a real config
 `run()` loop in a thread of this process) supervising a real service process
 (benchmarks/bench_service.py) that logs SGLang decode lines at `--lines-per-s` (default 20) and
 serves HTTP. On cue (SIGUSR2) the service writes the founding traceback of its two TP ranks (the
-last exception line in a second write) and stamps the time that write returned. The daemon does
+last exception line in a second write), stamps the time that write returned and dies (SIGKILL, as
+SGLang's launcher ends the tree after a rank's traceback). The daemon does
 what it always does: `ServiceRun.pump(0.2)` (follower, assembler, milestones) → `handle_crash`:
 `RuleSet.diagnose` → the first write for the crash: `DurableStore.open_incident` for a new
 incident, `record_recurrence` for the next crash of an incident still open (policy `off` leaves it
@@ -20,7 +21,7 @@ Two points are timed, and printed apart so that neither is read for the other:
 The only addition is a probe around those calls that notes when they returned (and around
 `handle_crash`, to know which crash a write is for). Every event is timed: on code that
 records a recurrence only after the stop (up to de76d0a) those events include the stop. Then
-the daemon stops the service, records, and relaunches it unchanged; the next cue follows once it
+the daemon records the exit and relaunches the service unchanged; the next cue follows once it
 is `running` again, after a random 0–100 ms, so that the cue lands anywhere between two paced
 reads of the background traffic.
 

@@ -28,6 +28,7 @@ from ..health.serving import evidence_of, still_answering, without_echoes
 log = structlog.get_logger(__name__)
 
 OBSERVE_SETTLE_S = 2.0  # a service dying of what it printed exits (or fails health) within this
+OBSERVE_POLL_S = 0.002  # the settle wait looks for the exit this often: a real crash's incident waits on it
 OBSERVE_HEALTH_S = 5.0  # deadline of the health probe that decides "alive and serving"
 OBSERVED_MERGE_S = 3600.0  # the same handled error again within this: a step, not a new incident
 LAUNCHER_SETTLE_S = 1.0  # a launcher that printed its own error is exiting; it gets this long to finish
@@ -226,7 +227,10 @@ def observed(loop: Loop, crashes: tuple[Crash, ...]) -> bool:
     incident and nothing is stopped or restarted."""
     if loop.service.poll() is not None:
         return False
-    loop.wait(OBSERVE_SETTLE_S, lambda: loop.service.poll() is not None)
+    exited = lambda: loop.service.poll() is not None  # noqa: E731
+    deadline = loop.clock.monotonic() + OBSERVE_SETTLE_S
+    while not exited() and (left := deadline - loop.clock.monotonic()) > 0:
+        loop.wait(min(left, OBSERVE_POLL_S), exited)  # the exit is seen within a slice, not a turn
     if loop.service.poll() is not None or not loop.prober().health(loop.clock.monotonic() + OBSERVE_HEALTH_S).ok:
         return False
     record_observed(loop, crashes, loop.rules.diagnose(crashes, loop.context))
