@@ -44,10 +44,15 @@ class Watch:
         def diagnose(crashes, *args, **kwargs):
             warm = any(WARM_MARK in (crash.message or "") for crash in crashes)
             service = loop.daemon.service
+            catch_alls = rules._prefilter.catch_alls
             self.calls.append({"warm": warm, "launches": len(loop.host.launches),
                                "reads": service.reads if service is not None else 0,
                                "incidents": len(loop.daemon.store.list_incidents()),
-                               "state": loop.daemon.lifecycle.state})
+                               "state": loop.daemon.lifecycle.state,
+                               # the catch-all message patterns of the RuntimeError rules: searched yet?
+                               "catch_alls_warm": {p.pattern: p.warm for rule in rules.rules
+                                                   if "RuntimeError" in rule.conditions.exceptions
+                                                   for p in rule.conditions.messages if p.pattern in catch_alls}})
             if warm and self.during_warm_up is not None:
                 self.during_warm_up()
             return original(crashes, *args, **kwargs)
@@ -68,6 +73,11 @@ def test_the_warm_up_runs_once_before_the_first_crash_after_the_first_log_read(t
     assert warm[0]["state"] in ("starting", "running")
     assert [w.rule_id for w in loop.daemon.warm_up.history] == ["sglang-internal-error"]
     assert loop.daemon.warm_up.history[0].crashes == 2  # both synthetic ranks assembled
+    # The catch-alls every RuntimeError's candidates meet were searched by the warm-up, not by
+    # the first real crash's diagnosis (RuleSet.warm).
+    assert warm[0]["catch_alls_warm"] and not any(warm[0]["catch_alls_warm"].values())
+    assert real[0]["catch_alls_warm"] == dict.fromkeys(warm[0]["catch_alls_warm"], True)
+    assert set(loop.daemon.warm_up.history[0].catch_alls) >= set(real[0]["catch_alls_warm"])
 
 
 def test_the_warm_up_writes_no_incident(tmp_path):
