@@ -85,3 +85,28 @@ def test_a_warmed_rule_set_diagnoses_every_dev_crash_as_a_cold_one():
     warm.diagnose(synthetic())  # what the daemon's warm-up does, in its order
     warm.warm(synthetic())
     assert readings(warm, groups) == cold
+
+
+def test_the_anchored_detail_captures_read_what_the_unanchored_ones_did():
+    """Two rules capture `detail` with `^\\s*(?P<detail>\\S[^\\n]{0,200})` (anchored: RE2 then runs no
+    DFA, whose states for this pattern depend on each message's spacing and were built anew for
+    every new message on the crash path): the same `detail` as the unanchored
+    `(?P<detail>\\S[^\\n]{0,200})`, on every error message of the dev part and the real logs and
+    on the edge cases (leading blank lines and spaces, tabs, an empty or blank message)."""
+    from ddtreed.rules.model import CrashView
+    from ddtreed.rules.regex import compile_rule_pattern
+
+    rules = load_rules([shipped("rules")])
+    anchored = r"^\s*(?P<detail>\S[^\n]{0,200})"
+    users = [rule.id for rule in rules.rules if any(p.pattern == anchored for p in rule.conditions.messages)]
+    assert sorted(users) == ["import-error-any-wording", "raised-by-argument-checks"], users
+    old, new = compile_rule_pattern(r"(?P<detail>\S[^\n]{0,200})"), compile_rule_pattern(anchored)
+    messages = [error.message for text in dev_texts()
+                for group in assemble_lines(unreverse(text.splitlines()), "x")
+                for crash in group for error in CrashView.of(crash).errors]
+    messages += ["", " ", "\n\n", " \t\n  x", "\n\nfirst line\nsecond", "\u00a0nbsp first", "x" * 300,
+                 "  leading spaces then words " * 20, "\r\n\tcrlf and tab"]
+    assert len(messages) > 300
+    for message in messages:
+        one, two = old.search(message), new.search(message)
+        assert (one and one.group("detail")) == (two and two.group("detail")), message[:120]
