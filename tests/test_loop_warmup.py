@@ -182,3 +182,21 @@ def test_no_warm_up_once_the_rules_diagnosed_a_crash():
     assert warm_up.due(rules, "running", Service())
     rules.diagnose(assemble_lines(FOUNDING)[0])
     assert not warm_up.due(rules, "running", Service())
+
+
+def test_a_warm_that_raises_is_logged_once_and_the_real_crash_is_still_recorded(tmp_path):
+    """`RuleSet.warm` failing (a rule set it cannot handle) ends that warm-up, never the daemon."""
+    loop = Loop(tmp_path, serving_then_crashing(), policy={"mode": "off"})
+    calls = []
+
+    def warm(crashes):
+        calls.append(len(crashes))
+        raise RuntimeError("a rule set whose catch-alls cannot be searched")
+
+    loop.daemon.rules.warm = warm
+    assert loop.run() == EXIT_OK
+    assert calls == [2]  # tried once, on both synthetic ranks, never again
+    assert loop.daemon.warm_up.history == []
+    outcome = next(event for event in loop.events if isinstance(event, Outcome))
+    assert loop.incident(outcome.incident_id)["category"] == "cuda-graph-shape-mismatch"
+    assert len(loop.daemon.store.list_incidents()) == 1
