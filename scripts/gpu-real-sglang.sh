@@ -48,7 +48,7 @@ fi
   nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
   python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)'
   PYTHONPATH=/tmp/site python3 -c 'import importlib.metadata as m; print("sglang", m.version("sglang"))'
-  (cd /tmp && python3 -c 'import ddtreed, structlog, watchdog, sqlite_utils; print("ddtreed", ddtreed.__version__, "from", ddtreed.__file__)')
+  (cd /tmp && python3 -c 'import ddtreed, structlog, inotify_simple, psutil, re2; print("ddtreed", ddtreed.__version__, "from", ddtreed.__file__)')
 } >>"$out/versions.txt" 2>&1
 step "versions: $(tr '\n' ';' <"$out/versions.txt")"
 

@@ -94,10 +94,15 @@ class Ddtreed:
         say(self.name, "ddtreed run started, pid", self.proc.pid)
 
     def status(self) -> dict:
+        """The snapshot of the ddtreed this object started; a snapshot an earlier run left (a run
+        cut off by the command's time limit) is not it (`ddtreed status` calls that stale)."""
         try:
-            return json.loads((self.state / "daemon-state.json").read_text())
+            snapshot = json.loads((self.state / "daemon-state.json").read_text())
         except (OSError, ValueError):
             return {}
+        if self.proc is not None and snapshot.get("pid") != self.proc.pid:
+            return {}
+        return snapshot
 
     def wait(self, predicate, timeout: float, what: str) -> float | None:
         """Seconds until predicate(status) held, or None at the timeout (or ddtreed's exit)."""

@@ -44,10 +44,15 @@ class Watch:
         def diagnose(crashes, *args, **kwargs):
             warm = any(WARM_MARK in (crash.message or "") for crash in crashes)
             service = loop.daemon.service
+            catch_alls = rules._prefilter.catch_alls
             self.calls.append({"warm": warm, "launches": len(loop.host.launches),
                                "reads": service.reads if service is not None else 0,
                                "incidents": len(loop.daemon.store.list_incidents()),
-                               "state": loop.daemon.lifecycle.state})
+                               "state": loop.daemon.lifecycle.state,
+                               # the catch-all message patterns of the RuntimeError rules: searched yet?
+                               "catch_alls_warm": {p.pattern: p.warm for rule in rules.rules
+                                                   if "RuntimeError" in rule.conditions.exceptions
+                                                   for p in rule.conditions.messages if p.pattern in catch_alls}})
             if warm and self.during_warm_up is not None:
                 self.during_warm_up()
             return original(crashes, *args, **kwargs)
@@ -68,6 +73,11 @@ def test_the_warm_up_runs_once_before_the_first_crash_after_the_first_log_read(t
     assert warm[0]["state"] in ("starting", "running")
     assert [w.rule_id for w in loop.daemon.warm_up.history] == ["sglang-internal-error"]
     assert loop.daemon.warm_up.history[0].crashes == 2  # both synthetic ranks assembled
+    # The catch-alls every RuntimeError's candidates meet were searched by the warm-up, not by
+    # the first real crash's diagnosis (RuleSet.warm).
+    assert warm[0]["catch_alls_warm"] and not any(warm[0]["catch_alls_warm"].values())
+    assert real[0]["catch_alls_warm"] == dict.fromkeys(warm[0]["catch_alls_warm"], True)
+    assert set(loop.daemon.warm_up.history[0].catch_alls) >= set(real[0]["catch_alls_warm"])
 
 
 def test_the_warm_up_writes_no_incident(tmp_path):
@@ -172,3 +182,21 @@ def test_no_warm_up_once_the_rules_diagnosed_a_crash():
     assert warm_up.due(rules, "running", Service())
     rules.diagnose(assemble_lines(FOUNDING)[0])
     assert not warm_up.due(rules, "running", Service())
+
+
+def test_a_warm_that_raises_is_logged_once_and_the_real_crash_is_still_recorded(tmp_path):
+    """`RuleSet.warm` failing (a rule set it cannot handle) ends that warm-up, never the daemon."""
+    loop = Loop(tmp_path, serving_then_crashing(), policy={"mode": "off"})
+    calls = []
+
+    def warm(crashes):
+        calls.append(len(crashes))
+        raise RuntimeError("a rule set whose catch-alls cannot be searched")
+
+    loop.daemon.rules.warm = warm
+    assert loop.run() == EXIT_OK
+    assert calls == [2]  # tried once, on both synthetic ranks, never again
+    assert loop.daemon.warm_up.history == []
+    outcome = next(event for event in loop.events if isinstance(event, Outcome))
+    assert loop.incident(outcome.incident_id)["category"] == "cuda-graph-shape-mismatch"
+    assert len(loop.daemon.store.list_incidents()) == 1

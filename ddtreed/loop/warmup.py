@@ -63,6 +63,8 @@ class WarmedUp:
     cpu_ms: float
     rule_id: str | None
     crashes: int
+    catch_alls: tuple[str, ...] = ()  # `RuleSet.warm`: the catch-all message patterns searched
+    reverse_programs: int = 0  # and the evidence patterns whose reverse program it built
 
 
 class DiagnosisWarmUp:
@@ -88,13 +90,15 @@ class DiagnosisWarmUp:
         try:
             crashes = tuple(crash for group in assemble_lines(SYNTHETIC_LINES, "<warm-up>") for crash in group)
             diagnosis = rules.diagnose(crashes, context)
+            built = rules.warm(crashes)
             encode.dumps(encode.crash_records(crashes))  # the incident row's costliest column, not written
             encode.dumps(dict(diagnosis.signature.params) | dict(diagnosis.match.params))
         except Exception as error:  # noqa: BLE001 - a warm-up must never take the daemon down
             log.warning("diagnosis_warm_up_failed", error=repr(error))
             return None
         warmed = WarmedUp(clock.time(), round((time.thread_time() - started) * 1000, 3),
-                          diagnosis.match.rule_id, len(crashes))
+                          diagnosis.match.rule_id, len(crashes), built.catch_alls, built.reverse_programs)
         self.history.append(warmed)
-        log.info("diagnosis_warmed", cpu_ms=warmed.cpu_ms, rule=warmed.rule_id)
+        log.info("diagnosis_warmed", cpu_ms=warmed.cpu_ms, rule=warmed.rule_id,
+                 catch_alls=len(warmed.catch_alls), reverse_programs=warmed.reverse_programs)
         return warmed

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..records import Crash
-from .regex import compile_rule_pattern
+from .regex import build_reverse, compile_rule_pattern
 
 MILESTONE_MARK = "last milestone: "
 
@@ -217,6 +217,14 @@ UNEXPLAINED_EXITS = frozenset({-9, 137, -11, 139, -7, 135, -4, 132, -8, 136})
 _TRAPPED = re.compile(r"unspecified launch failure|an illegal instruction was encountered|cudaErrorLaunchFailure"
                       r"|CUDA_ERROR_LAUNCH_FAILED")
 MESSAGE_SCAN_CHARS = 16_384  # families need the gist, not a 64 KB dump
+
+
+def build_reverse_programs() -> int:
+    """Build the reverse programs of the frame and message family patterns now (`regex.build_reverse`):
+    every crash's frames and messages are searched with all of them, and RE2 otherwise builds a
+    family's reverse program at its first match, on the crash path. Returns how many were built
+    (0 without RE2); building one twice costs nothing."""
+    return sum(build_reverse(pattern) for pattern in (*_FRAME_PATTERNS.values(), *_MESSAGE_PATTERNS.values()))
 
 
 @dataclass(frozen=True)

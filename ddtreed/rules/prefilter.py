@@ -57,6 +57,7 @@ class MessagePrefilter:
         self._users: dict[int, list[tuple[str, frozenset[str]]]] = {}  # pattern -> (rule id, exceptions)
         self.filtered: frozenset[str] = frozenset()  # rules that name message patterns
         self.patterns: list = []  # the rules' message patterns, by their index in the filter
+        self.catch_alls: frozenset[str] = frozenset()  # texts of the patterns without atoms
         if _re2 is None:  # pragma: no cover - google-re2 is a declared dependency
             return
         small = _options()
@@ -86,8 +87,11 @@ class MessagePrefilter:
         self._matcher = matcher
         self.filtered = frozenset(filtered)
         self.enabled = True
+        catch_alls = set()
         for index in self.matching(""):  # no atoms: potential for every crash, so compiled now
             self.patterns[index].compile_now()
+            catch_alls.add(self.patterns[index].pattern)
+        self.catch_alls = frozenset(catch_alls)
 
     def matching(self, text: str) -> Sequence[int]:
         """Indices of the patterns that may match `text`: every pattern whose own search finds

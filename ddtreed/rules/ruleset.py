@@ -10,7 +10,7 @@ from typing import Any, Callable, Collection, Iterable
 
 from ..records import Crash, Explanation, RuleMatch, ServiceContext, Signature
 from ..signature import signature_of  # here, not at the first crash: its regexes compile on import
-from .evidence import CrashEvidence
+from .evidence import CrashEvidence, build_reverse_programs
 from .loader import parse_files, rule_files
 from .model import CrashView, Rule, RuleIndex
 from .prefilter import MessagePrefilter
@@ -76,6 +76,14 @@ class Diagnosis:
         if self.evidence is None:
             return []
         return self.evidence.support(self.match.category)
+
+
+@dataclass(frozen=True)
+class Warmed:
+    """What `RuleSet.warm` built ahead of a crash."""
+
+    catch_alls: tuple[str, ...]  # the texts of the catch-all message patterns searched
+    reverse_programs: int  # evidence family patterns whose reverse program was built
 
 
 def load_rules(dirs: Iterable[str | os.PathLike[str]],
@@ -212,6 +220,28 @@ class RuleSet:
                          evidence=view.evidence, confidence=confidence,
                          outvoted=_unique(outvoted), notes=notes, scored=verdict,
                          decided_by=decided_by)
+
+    def warm(self, crashes: Iterable[Crash]) -> Warmed:
+        """Build now what any crash shaped like `crashes` (their exception types) meets whatever its
+        text, so that the first real one does not build it on the crash path: each catch-all
+        message pattern (one without atoms: the prefilter cannot rule it out, so it is searched
+        for every crash a candidate rule's other conditions let through) of the candidate rules,
+        searched once on the crashes' messages with its reverse program; the evidence families'
+        reverse programs. Patterns specific to a wording still compile when a crash first needs
+        them. Decides nothing, records nothing and changes no later diagnosis (a search only fills
+        RE2's caches); does not count as a diagnosis (`diagnosed`)."""
+        catch_alls = self._prefilter.catch_alls if self._prefilter is not None else frozenset()
+        searched: dict[str, None] = {}
+        for crash in crashes:
+            view = CrashView.of(crash)
+            messages = dict.fromkeys(error.message for error in view.errors)
+            for rule_id in sorted(self._index.candidates(view)):
+                for pattern in self._by_id[rule_id].conditions.messages:
+                    if pattern.pattern in catch_alls and pattern.pattern not in searched:
+                        for message in messages:
+                            pattern.warm_on(message)
+                        searched[pattern.pattern] = None
+        return Warmed(tuple(searched), build_reverse_programs())
 
     def _best_for(self, crash: Crash, signature: Signature, context: ServiceContext | None,
                   budget_s: float = BUDGET_S):
