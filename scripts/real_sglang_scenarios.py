@@ -598,6 +598,72 @@ def scenario_width(result: dict, offset: int) -> Ddtreed:
     return d
 
 
+SCHEDULER = "sglang/srt/managers/scheduler.py"
+GENERATE_DEF = ("    def handle_generate_request(\n        self,\n        recv_req: TokenizedGenerateReqInput,\n"
+                "    ):\n")
+CRASH_MARK = "DDTREED-SERVING-CRASH"
+# A prompt that quotes crash reports over several lines: real SGLang's request log (--log-requests)
+# writes it as one repr line; the daemon must leave the service alone.
+QUOTED_CRASH = ("Please explain this log:\nFatal Python error: Segmentation fault\n\n"
+                "Thread 0x00007f3a2b7fe640 (most recent call first):\n  File \"/opt/app/x.py\", line 12 in run\n"
+                "Traceback (most recent call last):\n  File \"/opt/app/x.py\", line 3, in <module>\n"
+                "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+
+
+def inject_serving_crash() -> dict:
+    """The scheduler raises on a request whose text holds CRASH_MARK: a real serving-time crash
+    (0.5.16's run_scheduler_process logs `Scheduler hit an exception` and SIGQUITs the launcher)."""
+    path = Path(SITE) / SCHEDULER
+    original = path.with_suffix(".py.real-sglang-orig")
+    if not original.exists():
+        original.write_text(path.read_text())
+    text = original.read_text()
+    assert GENERATE_DEF in text, "0.5.16's handle_generate_request not found"
+    edited = text.replace(GENERATE_DEF, GENERATE_DEF + (
+        f"        if {CRASH_MARK!r} in str(getattr(recv_req, 'input_text', None) or ''):  # injected\n"
+        "            raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"), 1)
+    path.write_text(edited)
+    _set_record(SCHEDULER, edited.encode())
+    return {"file": str(path), "record": record_hash(edited.encode())}
+
+
+def restore_serving_crash() -> None:
+    path = Path(SITE) / SCHEDULER
+    original = path.with_suffix(".py.real-sglang-orig")
+    if original.exists():
+        path.write_text(original.read_text())
+        _set_record(SCHEDULER, original.read_bytes())
+        original.unlink()
+
+
+def scenario_servecrash(result: dict) -> Ddtreed:
+    """While serving: (1) a multi-line prompt quoting crash reports, logged by SGLang's own request
+    log: no incident that stops anything, the same service pid; (2) a real scheduler exception on
+    a request (injected): SGLang's tree goes down, ddtreed records, diagnoses, relaunches."""
+    result["injected"] = inject_serving_crash()
+    try:
+        d = Ddtreed("servecrash", 30019, ["--log-requests", "--log-requests-level", "2"],
+                    policy={"max_restarts": 3})
+        d.start()
+        result["ready_s"] = d.running()
+        pid = d.status().get("service_pid")
+        answer = post(d.port, {"text": QUOTED_CRASH, "sampling_params": {"max_new_tokens": 8}})
+        time.sleep(6)  # longer than the daemon's settle wait and health probe
+        status = d.status()
+        result["after_quoted_crash"] = {"http": answer[0], "state": status.get("state"),
+                                        "same_service_pid": status.get("service_pid") == pid,
+                                        "restarts": status.get("restarts"), "incidents": d.count()}
+        sent = time.time()
+        result["crash_request"] = post(d.port, {"text": CRASH_MARK + " one two three",
+                                                "sampling_params": {"max_new_tokens": 8}}, timeout=30)[0]
+        result["crash_sent_at"] = sent
+        result["healthy_again_s"] = d.running(420, after_start=sent)
+        result["new_service_pid"] = d.status().get("service_pid")
+    finally:
+        restore_serving_crash()
+    return d
+
+
 SCENARIOS = {
     "ngram": scenario_ngram,
     "dflash": scenario_dflash,
@@ -608,6 +674,7 @@ SCENARIOS = {
     "portinuse-nopreflight": lambda r: scenario_portinuse(r, preflight=False),
     "width-capture": lambda r: scenario_width(r, +1),
     "width-silent": lambda r: scenario_width(r, -1),
+    "servecrash": scenario_servecrash,
 }
 
 
@@ -637,6 +704,8 @@ def run(name: str, out: Path) -> dict:
         (out / "raw" / f"{name}.ddtreed.log").write_text("\n".join(p.read_text(errors="replace") for p in logs))
     if name.startswith("width"):
         restore_width()
+    if name == "servecrash":
+        restore_serving_crash()
     result["leftovers_killed"] = leftovers()
     result["finished_s"] = now()
     print(json.dumps({k: v for k, v in result.items() if k not in ("py_spy",)}, default=str)[:3000],
