@@ -29,6 +29,7 @@ log = structlog.get_logger(__name__)
 
 OBSERVE_SETTLE_S = 2.0  # a service dying of what it printed exits (or fails health) within this
 OBSERVE_POLL_S = 0.002  # the settle wait looks for the exit this often: a real crash's incident waits on it
+OBSERVE_LIST_EVERY = 5  # ...and lists the session's processes every this many slices (a /proc pass)
 OBSERVE_HEALTH_S = 5.0  # deadline of the health probe that decides "alive and serving"
 OBSERVED_MERGE_S = 3600.0  # the same handled error again within this: a step, not a new incident
 LAUNCHER_SETTLE_S = 1.0  # a launcher that printed its own error is exiting; it gets this long to finish
@@ -225,13 +226,17 @@ def observed(loop: Loop, crashes: tuple[Crash, ...]) -> bool:
     real crash ends the process (SGLang's tree goes down after its traceback) or stops it answering
     (a hang, a dead scheduler behind a live launcher). Unconfirmed, the text becomes an `observed`
     incident and nothing is stopped or restarted."""
-    if loop.service.poll() is not None:
+    lost_member = getattr(loop.service, "lost_member", lambda: False)  # a process of its session gone
+    if loop.service.poll() is not None or lost_member():
         return False
     exited = lambda: loop.service.poll() is not None  # noqa: E731
-    deadline = loop.clock.monotonic() + OBSERVE_SETTLE_S
+    deadline, slices = loop.clock.monotonic() + OBSERVE_SETTLE_S, 0
     while not exited() and (left := deadline - loop.clock.monotonic()) > 0:
         loop.wait(min(left, OBSERVE_POLL_S), exited)  # the exit is seen within a slice, not a turn
-    if loop.service.poll() is not None or not loop.prober().health(loop.clock.monotonic() + OBSERVE_HEALTH_S).ok:
+        slices += 1
+        if slices % OBSERVE_LIST_EVERY == 0 and lost_member():
+            return False
+    if exited() or lost_member() or not loop.prober().health(loop.clock.monotonic() + OBSERVE_HEALTH_S).ok:
         return False
     record_observed(loop, crashes, loop.rules.diagnose(crashes, loop.context))
     return True

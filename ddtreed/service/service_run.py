@@ -11,6 +11,8 @@ from collections import deque
 from dataclasses import replace
 from typing import Callable
 
+import structlog
+
 from ._proctree import STATE_DIR_VARIABLE
 from ..clock import Clock
 from ..config import Config
@@ -22,8 +24,13 @@ from ..records import Crash, ExitStatus
 from ..tracebacks import Assembler
 from ..health.verify import flatten
 
+log = structlog.get_logger(__name__)
+
 DRAIN_QUIET_S = 0.2  # after the service exits, its logs are complete once this long quiet
 DRAIN_MAX_S = 3.0  # ...or after this long at most (a remote tail can lag)
+MEMBERS_EVERY_S = 5.0  # a serving local service's session is listed this often (one /proc pass)...
+MEMBERS_FIRST_S = 1.0  # ...the second time this soon after the first (its members known early)
+LOST_MEMBER_S = 30.0  # a process that left the session this long ago no longer confirms crash text
 
 
 class ServiceRun:
@@ -48,6 +55,10 @@ class ServiceRun:
         self.serving_events: list = []
         self._wake_quiet: Callable[[], bool] = lambda: False  # the follower's, once it polls the pidfd
         self.reads = 0  # pump turns that read the logs (the warm-up waits for the first)
+        self._members: set[int] = set()  # the serving session's processes at the last listing
+        self._stable: set[int] = set()  # ...and those in the two last listings: its members
+        self._members_at = float("-inf")
+        self._lost: dict[int, float] = {}  # processes that left the session since: pid -> when seen gone
 
     @property
     def output(self) -> ServiceOutput:
@@ -120,7 +131,44 @@ class ServiceRun:
             if self.serving is not None:
                 self.serving_events += self.serving.feed(chunk)
         self._newest.add(chunks)
+        if self.serving is not None and self.clock.monotonic() - self._members_at >= (
+                MEMBERS_EVERY_S if self._stable else MEMBERS_FIRST_S):
+            self._list_members()
         return self.assembler.take(self.clock.time())
+
+    def _session(self) -> set[int] | None:
+        """The session's live processes now (local host: one /proc pass); None where not known."""
+        process = self.supervisor.process
+        if process is None or not getattr(self.host, "local", False):
+            return None
+        return set(self.host.session_pids(process.pid))
+
+    def _list_members(self) -> None:
+        """Every MEMBERS_EVERY_S while serving: a process listed twice in a row is a member (a
+        scheduler, the detokenizer; not a compiler run that came and went); one that left the
+        session is remembered for LOST_MEMBER_S."""
+        current, now = self._session(), self.clock.monotonic()
+        self._members_at = now
+        if current is None:
+            return
+        self._lost.update((pid, now) for pid in self._stable - current)
+        self._lost = {pid: at for pid, at in self._lost.items() if now - at < LOST_MEMBER_S}
+        known = bool(self._stable)
+        self._stable, self._members = self._members & current, current
+        if self._stable and not known:
+            log.info("service.members", pids=sorted(self._stable))  # crash text can be confirmed by a loss now
+
+    def lost_member(self) -> bool:
+        """A member of the serving service's session (a rank's scheduler, the detokenizer) has left
+        it: what a real crash does within milliseconds of its text (SGLang's failing child exits,
+        though 0.5.16's launcher lingers after its SIGQUIT), and what a prompt that quotes a crash
+        report never does. False where it cannot be told (remote host, not serving for two listings)."""
+        if not self._stable and not self._lost:
+            return False
+        current, now = self._session(), self.clock.monotonic()
+        if current is None:
+            return False
+        return any(now - at < LOST_MEMBER_S for at in self._lost.values()) or bool(self._stable - current)
 
     def poll(self) -> ExitStatus | None:
         """The service's exit status once it ended. No waitpid when the last wait polled its

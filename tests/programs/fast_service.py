@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -75,9 +76,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--log-prompts", default=None, metavar="TEMPLATE",
                         help="log each /generate prompt to stderr as TEMPLATE.format(stamp=…, text=prompt): "
                              "the prompt written as-is, its own newlines included (a user's request logger)")
-    parser.add_argument("--after-logged-prompt", choices=("serve", "exit", "hang"), default="serve",
-                        help="after logging a multi-line prompt: keep serving, die (exit 1, no answer), or stop "
-                             "answering anything (what a real crash or hang does after printing the same text)")
+    parser.add_argument("--after-logged-prompt", choices=("serve", "exit", "hang", "child-dies"), default="serve",
+                        help="after logging a multi-line prompt: keep serving, die (exit 1, no answer), stop "
+                             "answering anything (what a real crash or hang does after printing the same text), "
+                             "or lose a child process while the main one lingers answering /health (SGLang "
+                             "0.5.16: its failed scheduler exits, the launcher outlives its SIGQUIT)")
     args, _unknown = parser.parse_known_args(argv)  # SGLang flags this stand-in does not model
     return args
 
@@ -108,6 +111,7 @@ def crash(args: argparse.Namespace, width: int) -> None:
 
 
 PROMPT_LOG: list[str] = []  # the --log-prompts template and --after-logged-prompt, once serving
+CHILDREN: list[subprocess.Popen] = []  # with --after-logged-prompt child-dies: a stand-in scheduler
 HUNG = threading.Event()  # set: every request waits forever (a hung server)
 
 
@@ -140,6 +144,11 @@ class Handler(BaseHTTPRequestHandler):
             if PROMPT_LOG[1] == "hang" and "\n" in text:
                 HUNG.set()
                 threading.Event().wait()
+            if PROMPT_LOG[1] == "child-dies" and "\n" in text:
+                for child in CHILDREN:  # the "scheduler" goes; this request is never answered
+                    child.kill()
+                    child.wait()
+                threading.Event().wait()
         body = {"text": " Paris. The capital of France is Paris.",
                 "meta_info": {"completion_tokens": 16, "spec_accept_length": 3.41, "spec_verify_ct": 5}}
         self._send(200, json.dumps(body).encode())
@@ -157,6 +166,8 @@ class Handler(BaseHTTPRequestHandler):
 def serve(args: argparse.Namespace) -> None:
     if args.log_prompts:
         PROMPT_LOG[:] = [args.log_prompts, args.after_logged_prompt]
+    if args.after_logged_prompt == "child-dies":
+        CHILDREN.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"]))
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print(f"[{stamp()}] The server is fired up and ready to roll!", file=sys.stderr, flush=True)
