@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "corpus"
 CORPUS_FILES = ("sglang-crashes.jsonl", "public-a.jsonl", "public-b.jsonl", "public-c.jsonl", "public-d.jsonl",
                 "public-e.jsonl", "public-f.jsonl", "public-g.jsonl", "public-h.jsonl", "public-i.jsonl",
-                "public-j.jsonl", "public-k.jsonl")
+                "public-j.jsonl", "public-k.jsonl", "public-l.jsonl")
 FOLDS = 5
 SEED = 20261201
 BASE = ("exception", "family", "message", "phase", "kind")
