@@ -37,7 +37,6 @@ an 8 KiB append and `fdatasync` in the same directory (`fsync_floor_*`). `--rest
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import random
 import signal
@@ -58,7 +57,6 @@ SERVICE = Path(__file__).resolve().parent / "bench_service.py"
 GOALS_MS = {"idle": 5.0, "hogs": 25.0}
 DAEMON_NICE = 0  # --daemon-nice: what a raised priority of the daemon would buy (needs CAP_SYS_NICE)
 BREAKDOWN: list[dict] = []  # per timed event of the condition under way: where its record part went
-GC_PAUSES: list[tuple[int, float, bool]] = []  # the daemon thread's collections: (generation, ms, on a crash path)
 
 
 def summarise_breakdown(rows: list[dict], prefix: str) -> dict:
@@ -104,7 +102,7 @@ class Probe:
 
         def handle(loop, crashes, *args, **kwargs):
             self.pending = tuple(crashes)
-            self.phases = {"entered": time.time(), "gc_ms": 0.0}
+            self.phases = {"entered": time.time()}
             try:
                 return handle_crash(loop, crashes, *args, **kwargs)
             finally:
@@ -123,25 +121,6 @@ class Probe:
         rules = daemon.rules
         self._timed(rules, "diagnose", "diagnose")
         self._timed(daemon.store, "open_incident_for", "lookup")
-        # The cyclic collector's pauses on the daemon's thread (any generation), and those that
-        # landed between handle_crash and the first write: a full one walks the whole heap.
-        self._gc_started: float | None = None
-
-        def on_gc(phase: str, info: dict) -> None:
-            if threading.current_thread().name != "daemon":
-                return
-            if phase == "start":
-                self._gc_started = time.perf_counter()
-            elif self._gc_started is not None:
-                pause = (time.perf_counter() - self._gc_started) * 1000
-                self._gc_started = None
-                on_path = self.pending is not None
-                GC_PAUSES.append((info["generation"], pause, on_path))
-                if on_path:
-                    self.phases["gc_ms"] = self.phases.get("gc_ms", 0.0) + pause
-
-        gc.callbacks.append(on_gc)
-        self._on_gc = on_gc
 
     def _timed(self, owner, name: str, label: str) -> None:
         original = getattr(owner, name)
@@ -204,20 +183,6 @@ class Probe:
 
     def close(self) -> None:
         self._restore()
-        gc.callbacks.remove(self._on_gc)
-
-
-def summarise_gc(pauses: list[tuple[int, float, bool]], prefix: str) -> dict:
-    """The daemon thread's collections over the condition's runs: how many per generation, the
-    longest full one, and how many (and how long at most) landed on a crash path."""
-    full = [ms for generation, ms, _ in pauses if generation == 2]
-    on_path = [ms for _, ms, path in pauses if path]
-    return {f"gc_{prefix}": {"collections_gen0": sum(1 for g, _, _ in pauses if g == 0),
-                             "collections_gen1": sum(1 for g, _, _ in pauses if g == 1),
-                             "collections_gen2": len(full),
-                             "gen2_max_ms": round(max(full, default=0.0), 3),
-                             "on_crash_path": len(on_path),
-                             "on_crash_path_max_ms": round(max(on_path, default=0.0), 3)}}
 
 
 def crash_stamps(path: Path) -> list[float]:
@@ -400,8 +365,6 @@ def main() -> None:
             result.update(summarise(runs, condition))
             result.update(summarise_breakdown(BREAKDOWN, condition))
             BREAKDOWN.clear()
-            result.update(summarise_gc(GC_PAUSES, condition))
-            GC_PAUSES.clear()
             result[f"missed_events_{condition}"] = misses
             result[f"baseline_read_p50_ms_{condition}"] = round(percentile([v * 1000 for v in bare], 0.5), 3)
             result[f"baseline_read_p99_ms_{condition}"] = round(percentile([v * 1000 for v in bare], 0.99), 3)
