@@ -8,7 +8,10 @@ fake clock) for the order of events, then a real `ddtreed run` supervising a rea
 
 from __future__ import annotations
 
+import gc
+import signal
 import sys
+import weakref
 from pathlib import Path
 
 from ddtreed.loop.daemon import EXIT_OK
@@ -49,6 +52,7 @@ class Watch:
                                "reads": service.reads if service is not None else 0,
                                "incidents": len(loop.daemon.store.list_incidents()),
                                "state": loop.daemon.lifecycle.state,
+                               "frozen": gc.get_freeze_count(),  # objects the collector skips (freeze_heap)
                                # the catch-all message patterns of the RuntimeError rules: searched yet?
                                "catch_alls_warm": {p.pattern: p.warm for rule in rules.rules
                                                    if "RuntimeError" in rule.conditions.exceptions
@@ -78,6 +82,11 @@ def test_the_warm_up_runs_once_before_the_first_crash_after_the_first_log_read(t
     assert warm[0]["catch_alls_warm"] and not any(warm[0]["catch_alls_warm"].values())
     assert real[0]["catch_alls_warm"] == dict.fromkeys(warm[0]["catch_alls_warm"], True)
     assert set(loop.daemon.warm_up.history[0].catch_alls) >= set(real[0]["catch_alls_warm"])
+    # The heap was frozen after the warm-up: the first crash's diagnosis ran with the start-up
+    # heap out of the collector's walk; the daemon's end gave it back.
+    assert warm[0]["frozen"] == 0 and loop.daemon.warm_up.history[0].frozen > 0
+    assert real[0]["frozen"] > 0  # (fewer than frozen: frozen objects freed by reference counting leave it)
+    assert gc.get_freeze_count() == 0
 
 
 def test_the_warm_up_writes_no_incident(tmp_path):
@@ -112,6 +121,43 @@ def test_a_crash_arriving_during_the_warm_up_is_detected_and_recorded(tmp_path):
     assert len(loop.daemon.store.list_incidents()) == 1
 
 
+def test_a_reload_thaws_the_heap_so_the_old_rules_are_collected_and_the_new_ones_warm_and_refreeze(tmp_path):
+    """SIGHUP while serving: the old wiring (frozen with the heap after the first warm-up) is
+    collectable again, the new rule set is warmed, the heap frozen again; nothing of the old rule
+    set survives the new freeze's collection."""
+    loop = Loop(tmp_path, lambda argv, env, start: Launch(), stop_on=None)
+    seen: dict = {}
+
+    def hang_up() -> None:  # 30 s into serving: the first warm-up has run
+        seen["warm_ups_before"] = len(loop.daemon.warm_up.history)
+        seen["frozen_before"] = gc.get_freeze_count()
+        seen["old"] = weakref.ref(loop.daemon.rules)
+        loop.daemon.signals.put(signal.SIGHUP)
+
+    reload = loop.daemon.reload
+
+    def reloading() -> None:
+        reload()
+        seen["frozen_after_reload"] = gc.get_freeze_count()
+
+    def check_then_stop() -> None:
+        seen["old_alive"] = seen["old"]() is not None
+        seen["frozen_later"] = gc.get_freeze_count()
+        loop.daemon.request_stop()
+
+    loop.daemon.reload = reloading
+    loop.clock.at(loop.clock.now + 30.0, hang_up)
+    loop.clock.at(loop.clock.now + 60.0, check_then_stop)
+    assert loop.run() == EXIT_OK
+    assert loop.daemon.reloads == 1
+    first, second = loop.daemon.warm_up.history  # one warm-up per rule set
+    assert seen["warm_ups_before"] == 1 and first.frozen > 0 and seen["frozen_before"] > 0
+    assert seen["frozen_after_reload"] == 0  # thawed by the reload
+    assert second.frozen > 0 and seen["frozen_later"] > 0
+    assert not seen["old_alive"]  # the replaced rule set was collected, not kept frozen
+    assert gc.get_freeze_count() == 0
+
+
 def test_not_due_before_a_read_while_a_traceback_is_assembled_or_off_the_idle_states():
     class Assembler:
         busy = False
@@ -143,6 +189,8 @@ def test_a_real_daemon_warms_up_before_its_first_crash_and_records_only_the_real
         daemon.stop()
     names = [event.get("event") for event in daemon.events()]
     assert names.count("diagnosis_warmed") == 1, names
+    warmed = next(event for event in daemon.events() if event.get("event") == "diagnosis_warmed")
+    assert warmed["heap_frozen"] > 0  # the daemon process froze its start-up heap
     assert names.index("diagnosis_warmed") < names.index("incident_opened")
     from ddtreed.config import load
     from ddtreed.incidents import Store

@@ -110,3 +110,58 @@ def test_the_anchored_detail_captures_read_what_the_unanchored_ones_did():
     for message in messages:
         one, two = old.search(message), new.search(message)
         assert (one and one.group("detail")) == (two and two.group("detail")), message[:120]
+
+
+# Whole-pattern catch-all captures, unanchored as they were written and anchored as the shipped
+# rules carry them now: `^\n*` skips the blank lines an unanchored search would have skipped to
+# reach the first character the capture accepts, `^` alone where the capture also accepts an empty
+# match (the unanchored search then matched at 0 anyway). Only named groups reach a diagnosis
+# (`model._groups`; the whole match's span, which now starts at 0, is read by nothing).
+ANCHORED_CATCH_ALLS = {
+    r"(?P<detail>[^\n]{1,200})": r"^\n*(?P<detail>[^\n]{1,200})",
+    r"(?P<exception_text>[^\n]{1,200})": r"^\n*(?P<exception_text>[^\n]{1,200})",
+    r"(?P<detail>[^\n]{0,200})": r"^(?P<detail>[^\n]{0,200})",
+    r"(?P<exception_text>[^\n]{0,200})": r"^(?P<exception_text>[^\n]{0,200})",
+    r"(?P<detail>.+)": r"^\n*(?P<detail>.+)",
+    r"(?P<detail>.{1,200})": r"^\n*(?P<detail>.{1,200})",
+    r"(?P<detail>.{1,300})": r"^\n*(?P<detail>.{1,300})",
+}
+EDGE_MESSAGES = ["", " ", "\n", "\n\n", "\n\nx", " \t\n  x", "\n\nfirst line\nsecond", "x\ny", "abc\n",
+                 "\r\n\tcrlf and tab", "\r", "\u00a0nbsp first", "\u00e9" * 250, "x" * 300, "\n" * 5 + "y" * 350,
+                 "  leading spaces then words " * 20, "\n" + "z" * 199 + "\n" + "w" * 10]
+
+
+def dev_messages() -> list[str]:
+    from ddtreed.rules.model import CrashView
+
+    return [error.message for text in dev_texts()
+            for group in assemble_lines(unreverse(text.splitlines()), "x")
+            for crash in group for error in CrashView.of(crash).errors]
+
+
+def test_the_anchored_catch_alls_read_what_the_unanchored_ones_did():
+    """Every whole-pattern catch-all capture of the shipped rules is anchored (an anchored search
+    with captures runs RE2's one-pass matcher, no DFA built for a new message's length on the crash
+    path) and captures the same group as the unanchored pattern it replaced, on every error
+    message of the dev part and the real logs and on the edge cases (empty and blank messages,
+    leading newlines, CR, non-ASCII, longer than the repeat, a message of several lines)."""
+    from ddtreed.rules.prefilter import MessagePrefilter
+    from ddtreed.rules.regex import compile_rule_pattern
+
+    rules = load_rules([shipped("rules")])
+    shipped_patterns = [p.pattern for rule in rules.rules for p in rule.conditions.messages]
+    assert not set(shipped_patterns) & set(ANCHORED_CATCH_ALLS)  # none left unanchored
+    anchored_used = [pattern for pattern in shipped_patterns if pattern in ANCHORED_CATCH_ALLS.values()]
+    assert len(anchored_used) >= 44, len(anchored_used)  # the 44 rules anchored in session 10
+    messages = dev_messages() + EDGE_MESSAGES
+    assert len(messages) > 300
+    for old_text, new_text in ANCHORED_CATCH_ALLS.items():
+        old, new = compile_rule_pattern(old_text), compile_rule_pattern(new_text)
+        name = next(iter(old.groupindex))
+        for message in messages:
+            one, two = old.search(message), new.search(message)
+            assert (one is None) == (two is None), (new_text, message[:120])
+            assert (one and one.group(name)) == (two and two.group(name)), (new_text, message[:120])
+    # Still atom-less: the prefilter keeps them as catch-alls (searched for every candidate rule's
+    # crash), and the warm-up still builds them.
+    assert set(anchored_used) <= MessagePrefilter(rules.rules).catch_alls

@@ -28,7 +28,7 @@ from ..ops.progress import StartupReport
 from ..ops.status import StatusBoard, canary_status
 from ..health.serving import periodic_check, serving_crash, watch_service
 from ..health.verify import baseline_key, flatten, verify
-from .warmup import DiagnosisWarmUp
+from .warmup import DiagnosisWarmUp, thaw_heap
 from .wiring import Wiring, build, prober_for, reload, reloaded_launch, service_context
 
 log = structlog.get_logger(__name__)
@@ -244,6 +244,7 @@ class Daemon:
                     resource.close()
             gave_up = self.gave_up or "gave up: the restart budget is spent"
             self.lifecycle.enter(final_state, gave_up if final_state == "gave-up" else "stopped")
+            thaw_heap()  # the heap the warm-up froze, back to the collector (a process that outlives the daemon)
 
     def _turn(self) -> None:
         """Between steps: act on queued signals (a stop raises Stopping), ping the watchdog."""
@@ -276,6 +277,7 @@ class Daemon:
             before, self.wiring = self.config, wiring
             self.hooks.reconfigure(wiring.config.notify)  # the old hooks finish first
             self.launch = reloaded_launch(before, wiring.config) or self.launch  # used from the next (re)start
+            thaw_heap()  # the old wiring was frozen with the heap: collectable again; the new rules' warm-up refreezes
             log.info("reloaded", rules=len(wiring.rules), remediations=len(list(wiring.catalog)))
         self.reloads += 1
         self.notifier.ready()
