@@ -167,8 +167,7 @@ class Daemon:
 
     def serving_probe_passed(self) -> None:
         """A probe of the serving service passed: the status board and /metrics show it now."""
-        now = self.clock.time()
-        self.publish(last_healthy_at=now)
+        self.publish(last_healthy_at=(now := self.clock.time()))
         if self.metrics is not None:
             self.metrics.healthy_probe(now)
 
@@ -239,11 +238,10 @@ class Daemon:
             self.stop_service("ddtreed stopping", final=True)
         finally:
             self.hooks.close()
-            for resource in (self.service, self.metrics, self.host):  # an SshHost holds a connection, a tunnel
-                if resource is not None:
-                    resource.close()
-            gave_up = self.gave_up or "gave up: the restart budget is spent"
-            self.lifecycle.enter(final_state, gave_up if final_state == "gave-up" else "stopped")
+            for resource in [r for r in (self.service, self.metrics, self.host) if r is not None]:
+                resource.close()  # an SshHost holds a connection, a tunnel
+            self.lifecycle.enter(final_state, (self.gave_up or "gave up: the restart budget is spent")
+                                 if final_state == "gave-up" else "stopped")
             thaw_heap()  # the heap the warm-up froze, back to the collector (a process that outlives the daemon)
 
     def _turn(self) -> None:
