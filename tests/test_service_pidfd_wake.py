@@ -141,3 +141,42 @@ def test_without_pidfd_open_every_poll_is_a_waitpid(tmp_path, monkeypatch):
         assert not run.follower.woken
     finally:
         finish(run, stop)
+
+
+def test_the_settle_wait_of_live_crash_text_is_ended_by_the_exit_itself(tmp_path):
+    """`sleep_until_exit` (the slices of `observed()`'s settle wait) selects on the pidfd: the
+    service's exit ends it, and the next `poll` asks the kernel and sees the exit, though the
+    follower's last wait had found the service running (no waitpid then)."""
+    run, stop = launch(tmp_path, "idle")
+    try:
+        for _ in range(3):
+            run.pump(0.02)
+        assert run.poll() is None and run.supervisor.process.polls == 0
+        run.sleep_until_exit(0.01)  # still running: the slice passes, nothing changes
+        assert run.poll() is None
+        open(stop, "w").close()
+        run.sleep_until_exit(600.0)  # returns at the exit, not after 600 s
+        status = run.poll()
+        assert status is not None and status.code == 0
+    finally:
+        finish(run, stop)
+
+
+def test_without_a_pidfd_the_settle_wait_is_the_clocks_sleep(tmp_path):
+    class CountingClock(SystemClock):
+        slept: list[float] = []
+
+        def sleep(self, seconds: float) -> None:
+            self.slept.append(seconds)
+            super().sleep(seconds)
+
+    stop = str(tmp_path / "stop")
+    argv = [sys.executable, "-c", SERVICE, stop, "idle"]
+    run = ServiceRun(LocalHost(), make_config(tmp_path, argv), argv, {}, CountingClock())
+    run.start()
+    try:
+        run.supervisor.process.close_pidfd()
+        run.sleep_until_exit(0.01)
+        assert CountingClock.slept == [0.01]
+    finally:
+        finish(run, stop)

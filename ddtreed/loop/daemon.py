@@ -260,12 +260,12 @@ class Daemon:
         self.ping_watchdog()
         self.warm_up.turn(self.rules, self.lifecycle.state, self.service, self.context, self.clock)  # once: idle
 
-    def wait(self, seconds: float, condition: Callable[[], bool] = lambda: False) -> None:
+    def wait(self, seconds: float, condition: Callable[[], bool] = lambda: False, sleep=None) -> None:
         """Wait up to `seconds` for `condition()`, still answering signals and the watchdog."""
         deadline = self.clock.monotonic() + seconds
         while (left := deadline - self.clock.monotonic()) > 0 and not condition():
             self._turn()
-            self.clock.sleep(min(left, TURN_S))
+            (sleep or self.clock.sleep)(min(left, TURN_S))  # `sleep`: one the awaited event can end
 
     def reload(self) -> None:
         """SIGHUP: rebuild the wiring from the config file; a bad new file keeps the old one."""

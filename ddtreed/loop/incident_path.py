@@ -28,7 +28,7 @@ from ..health.serving import evidence_of, still_answering, without_echoes
 log = structlog.get_logger(__name__)
 
 OBSERVE_SETTLE_S = 2.0  # a service dying of what it printed exits (or fails health) within this
-OBSERVE_POLL_S = 0.002  # the settle wait looks for the exit this often: a real crash's incident waits on it
+OBSERVE_POLL_S = 0.002  # a slice of the settle wait (a pidfd ends it at the exit, else seen within it)
 OBSERVE_LIST_EVERY = 5  # ...and lists the session's processes every this many slices (a /proc pass)
 OBSERVE_HEALTH_S = 5.0  # deadline of the health probe that decides "alive and serving"
 OBSERVED_MERGE_S = 3600.0  # the same handled error again within this: a step, not a new incident
@@ -81,7 +81,8 @@ class Loop(Protocol):
 
     def notify_person(self, event: str, incident_id: int | None, extra: dict | None = None) -> None: ...
 
-    def wait(self, seconds: float, condition: Callable[[], bool] = ...) -> None: ...
+    def wait(self, seconds: float, condition: Callable[[], bool] = ...,
+             sleep: Callable[[float], None] | None = None) -> None: ...
 
 
 def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus | None) -> Outcome:
@@ -229,16 +230,20 @@ def observed(loop: Loop, crashes: tuple[Crash, ...]) -> bool:
     lost_member = getattr(loop.service, "lost_member", lambda: False)  # a process of its session gone
     if loop.service.poll() is not None or lost_member():
         return False
+    # Diagnosed now, while the service (if it is dying) exits: the incident's own diagnosis of the
+    # same crashes (handle_crash) is this one (RuleSet keeps its last), not a second pass after.
+    diagnosis = loop.rules.diagnose(without_echoes(crashes) or crashes, loop.context)
     exited = lambda: loop.service.poll() is not None  # noqa: E731
+    until_exit = getattr(loop.service, "sleep_until_exit", None)  # its pidfd: the exit ends the slice
     deadline, slices = loop.clock.monotonic() + OBSERVE_SETTLE_S, 0
     while not exited() and (left := deadline - loop.clock.monotonic()) > 0:
-        loop.wait(min(left, OBSERVE_POLL_S), exited)  # the exit is seen within a slice, not a turn
+        loop.wait(min(left, OBSERVE_POLL_S), exited, sleep=until_exit)  # the exit is seen at once
         slices += 1
         if slices % OBSERVE_LIST_EVERY == 0 and lost_member():
             return False
     if exited() or lost_member() or not loop.prober().health(loop.clock.monotonic() + OBSERVE_HEALTH_S).ok:
         return False
-    record_observed(loop, crashes, loop.rules.diagnose(crashes, loop.context))
+    record_observed(loop, crashes, diagnosis)
     return True
 
 

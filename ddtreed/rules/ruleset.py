@@ -126,6 +126,10 @@ class RuleSet:
         self._order = {rule.id: position for position, rule in enumerate(self.rules)}
         self._by_id = {rule.id: rule for rule in self.rules}
         self._index = RuleIndex()
+        # The last diagnosis and what it was of: a diagnosis depends on nothing else, so the same
+        # crashes and context again (crash text read from a live service is diagnosed while the
+        # settle wait runs, then its incident is opened) are not judged twice.
+        self._last: tuple | None = None
         self.diagnosed = 0  # calls of `diagnose` (the daemon warm-up's included): one before it makes it moot
         for rule in self.rules:
             self._index.add(rule)
@@ -162,6 +166,14 @@ class RuleSet:
         if not crashes:
             raise ValueError("diagnose needs at least one crash")
         self.diagnosed += 1
+        last = self._last
+        if last is not None and last[0] == crashes and last[1] is context and last[2] == budget_s:
+            return last[3]  # the same crashes again (the live-text check diagnosed them, then the incident)
+        diagnosis = self._diagnose(crashes, context, budget_s)
+        self._last = (crashes, context, budget_s, diagnosis)
+        return diagnosis
+
+    def _diagnose(self, crashes: tuple[Crash, ...], context: ServiceContext | None, budget_s: float) -> Diagnosis:
         best: tuple | None = None
         seen: dict[tuple, tuple] = {}
         echoes = _echo_test(crashes)

@@ -7,6 +7,7 @@ calls `on_turn` (the daemon answers signals and pings the watchdog there), then 
 from __future__ import annotations
 
 import os
+import select
 from collections import deque
 from dataclasses import replace
 from typing import Callable
@@ -206,6 +207,22 @@ class ServiceRun:
                 else:
                     self.follower.wait(DRAIN_QUIET_S / 4)
         return flatten(self.assembler.take(self.clock.time(), final=True))
+
+    def sleep_until_exit(self, seconds: float) -> None:
+        """Sleep up to `seconds`, ended at once by the service's exit where its pidfd is known (a
+        `select` on it): the settle wait of crash text read from a live service waits on that exit,
+        so a real crash's incident is not held back to the next slice. Elsewhere (no pidfd: a
+        remote host, an old kernel, the fake host of the tests) the clock's sleep. `poll` after it
+        asks the kernel: the follower's "the last wait found it running" is spent by the first
+        `poll` that reads it."""
+        pidfd = getattr(self.supervisor.process, "pidfd", None)
+        if pidfd is None:
+            self.clock.sleep(seconds)
+            return
+        try:
+            select.select([pidfd], [], [], max(seconds, 0.0))
+        except (OSError, ValueError):  # closed under us (the run stopped): the plain sleep
+            self.clock.sleep(seconds)
 
     def writers_gone(self) -> bool:
         """True when the service exited and no process of its session is left to write its logs
