@@ -165,6 +165,20 @@ class _DecodeLines:
         return line.decode("utf-8", "replace") if isinstance(line, bytes) else line
 
 
+def _findall_outside(pattern: re.Pattern[bytes], data: bytes, spans: Sequence[tuple[int, int]]) -> list:
+    """`pattern.findall(data)` where the lines `spans` (ascending (start, end), none holding a
+    decode mark) are not read: a match is inside one line, so none is lost."""
+    if not spans:
+        return pattern.findall(data)
+    found: list = []
+    pos = 0
+    for start, end in spans:
+        if pos < start:
+            found += pattern.findall(data, pos, start)
+        pos = max(pos, end)
+    return found + pattern.findall(data, pos)
+
+
 def _int(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
@@ -255,6 +269,9 @@ class ServingWatch:
         self._last_line: str | None = None
         self.decode_accept: float | None = None  # the latest decode line's accept length
         self._low_of = _LowOf(float("nan"))
+        # The assembler's long needle-free lines without a decode mark (`scan.CleanLines`): a
+        # block's matches are read around them (`watch_service` shares the service's).
+        self.clean_lines: Any = None
 
     @property
     def last_decode(self) -> DecodeStats | None:
@@ -269,7 +286,9 @@ class ServingWatch:
         events (tests/test_serving_feed_fields.py)."""
         block = getattr(chunk, "block", None)  # a follower's BlockChunk: read its bytes, undecoded
         if block is not None:
-            fields = _EVERY_DECODE_BYTES.findall(block)  # one per mark: no count of them first
+            # one per mark: no count of them first; not in the long lines the assembler knows
+            fields = _findall_outside(_EVERY_DECODE_BYTES, block, self.clean_lines.spans(block)) \
+                if self.clean_lines is not None else _EVERY_DECODE_BYTES.findall(block)
             if not fields:
                 return []
             accepts, graphs = zip(*fields)
@@ -458,6 +477,7 @@ def watch_service(service: Any, probe: Any, prober: Any, *, baseline: float | No
     """The serving watch of one verified launch, attached to its ServiceRun (which feeds it chunks)."""
     watch = ServingWatch(settings_from(probe), prober, captured_graphs=service.milestones.captured_graphs,
                          baseline=baseline, clock=clock.monotonic, wall=clock.time, on_ok=on_ok)
+    watch.clean_lines = getattr(getattr(service, "assembler", None), "clean_lines", None)
     service.serving, service.serving_events = watch, []
     return watch
 
