@@ -13,6 +13,11 @@ The stage's public API:
   `eager_lines` decode lines in a row (the silent width-mismatch fallback of 0.5.16+), and
   `acceptance-collapse` when the decode lines' accept length stays below a share of the
   baseline for `collapse_lines` lines. `event.crash()` is the Crash the rules diagnose.
+  Every decode line of a chunk is read, however many it holds: a backlog's 64 KB chunk (~240
+  decode lines) is not sampled down to its newest lines, because a run of five low or eager
+  lines in its middle is an event (tests/test_serving_backlog.py; docs/performance.md, session
+  11: sampling was measured, and missed the benchmark mix's own collapses). The long lines the
+  assembler knows to hold neither a needle nor a decode mark (`scan.CleanLines`) are not read.
 - `hang_evidence(pid, …)`: Python stacks of the scheduler processes (py-spy, with fallbacks) and
   GPU state (NVML), captured before a hung service is stopped.
 """
