@@ -298,9 +298,9 @@ class ServingWatch:
                 if self.clean_lines is not None else _EVERY_DECODE_BYTES.findall(block)
             if not fields:
                 return []
-            accepts, graphs = zip(*fields)
+            graphs = [graph for _, graph in fields]  # two comprehensions: ~2/3 of `zip(*fields)`
             if b"" not in graphs:  # every decode line is strict
-                return self._feed_fields(block, accepts, graphs)
+                return self._feed_fields(block, [accept for accept, _ in fields], graphs)
             return self._feed_lines(chunk.text or "\n".join(chunk.lines))
         text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
         count = text.count(_DECODE_MARK)
@@ -308,8 +308,7 @@ class ServingWatch:
             return []
         found = _STRICT_DECODE.findall(text)
         if len(found) == count:
-            accepts, graphs = zip(*found)
-            return self._feed_fields(text, accepts, graphs)
+            return self._feed_fields(text, [accept for accept, _ in found], [graph for _, graph in found])
         return self._feed_lines(text)
 
     def _feed_lines(self, text: str) -> list[ServingEvent]:
