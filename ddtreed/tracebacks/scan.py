@@ -23,7 +23,7 @@ Without RE2 (a declared dependency) Python's `re` runs the same patterns, slower
 from __future__ import annotations
 
 import re
-from typing import Iterator, Protocol
+from typing import Any, Iterator, Protocol
 
 from . import grammar
 
@@ -133,6 +133,7 @@ CLEAN_BYTES = 256 * 1024  # the long lines remembered, in all (forgotten all at 
 # SGLang's decode line (ddtreed.health.serving's mark): a line holding it is never remembered, so
 # the serving watch, which reads every decode line, can skip the remembered lines too.
 DECODE_MARK = b"Decode batch, "
+_SEEN = object()  # a long line seen once, not checked yet
 
 
 class CleanLines:
@@ -151,8 +152,9 @@ class CleanLines:
 
     def __init__(self, max_bytes: int = CLEAN_BYTES):
         self.max_bytes = max_bytes
-        # (length, first and last 64 bytes) -> the line: known needle-free (True) or seen once (False)
-        self._lines: dict[tuple[int, bytes, bytes], tuple[bytes, bool]] = {}
+        # (length, first and last 64 bytes) -> the line, and True (no needle, no decode mark),
+        # False (one of them: read as any other line) or _SEEN (seen once, not checked yet)
+        self._lines: dict[tuple[int, bytes, bytes], tuple[bytes, Any]] = {}
         self._bytes = 0
         self._last: tuple[bytes, list[tuple[int, int]]] | None = None  # the latest data, its spans
 
@@ -180,22 +182,20 @@ class CleanLines:
         key = (end - start, data[start:start + 64], data[end - 64:end])
         known = self._lines.get(key)
         if known is not None and data.startswith(known[0], start):  # the same length: the same line
-            if known[1]:
-                return True
-            # seen twice: worth one pass to know it
+            state = known[1]
+            if state is not _SEEN:
+                return state
+            # seen twice: worth one pass to know it (a needle line is known as one too: the scan
+            # reads it each time, as any other, but it is not checked again)
             clean = find_any(data, start, end) < 0 and data.find(DECODE_MARK, start, end) < 0
-            if clean:
-                self._lines[key] = (known[0], True)
-            else:
-                self._bytes -= len(known[0])
-                del self._lines[key]  # a needle line: the scan reads it each time, as any other
+            self._lines[key] = (known[0], clean)
             return clean
         if self._bytes + end - start > self.max_bytes:
             self._lines.clear()
             self._bytes = 0
         if known is not None:
             self._bytes -= len(known[0])
-        self._lines[key] = (data[start:end], False)
+        self._lines[key] = (data[start:end], _SEEN)
         self._bytes += end - start
         return False
 
