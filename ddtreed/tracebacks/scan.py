@@ -17,6 +17,8 @@ opened a traceback):
   needle; and the `_ordinary` calls for the lines skipped are no-ops on a source that is not busy.
 
 So the lines skipped are exactly those the assembler would have looked at without any effect.
+A long line that comes back verbatim and holds no needle (`CleanLines`) is not read again by
+the automaton: a needle holds no newline, so it lies inside one line, and that line has none.
 Without RE2 (a declared dependency) Python's `re` runs the same patterns, slower.
 """
 
