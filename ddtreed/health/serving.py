@@ -13,6 +13,11 @@ The stage's public API:
   `eager_lines` decode lines in a row (the silent width-mismatch fallback of 0.5.16+), and
   `acceptance-collapse` when the decode lines' accept length stays below a share of the
   baseline for `collapse_lines` lines. `event.crash()` is the Crash the rules diagnose.
+  Every decode line of a chunk is read, however many it holds: a backlog's 64 KB chunk (~240
+  decode lines) is not sampled down to its newest lines, because a run of five low or eager
+  lines in its middle is an event (tests/test_serving_backlog.py; docs/performance.md, session
+  11: sampling was measured, and missed the benchmark mix's own collapses). The long lines the
+  assembler knows to hold neither a needle nor a decode mark (`scan.CleanLines`) are not read.
 - `hang_evidence(pid, …)`: Python stacks of the scheduler processes (py-spy, with fallbacks) and
   GPU state (NVML), captured before a hung service is stopped.
 """
@@ -46,10 +51,12 @@ _RANK = re.compile(r"^\[[^\]]*?((?: (?:DP|PP|TP|EP)\d+)+)\]")
 # once, so where a chunk holds as many matches as "Decode batch, "s, each decode line is one match
 # and its two values are those `decode_fields` reads (tests/test_serving_feed_fields.py).
 _DECODE_MARK = "Decode batch, "
+# Its digit runs are possessive (`++`): a digit never follows one where the pattern goes on, so
+# giving one back never matches and only costs the backtracking state (~12 % of the findall).
 _STRICT_DECODE = re.compile(
-    r"Decode batch, #running-req: [0-9]+, #token: [0-9]+, token usage: [0-9]+\.[0-9]+, "
-    r"(?:accept len: ([0-9]+\.[0-9]+), accept rate: [0-9]+\.[0-9]+, )?cuda graph: (True|False), "
-    r"gen throughput \(token/s\): [0-9]+\.[0-9]+, #queue-req: [0-9]+(?:,[ \t]*)?$", re.MULTILINE)
+    r"Decode batch, #running-req: [0-9]++, #token: [0-9]++, token usage: [0-9]++\.[0-9]++, "
+    r"(?:accept len: ([0-9]++\.[0-9]++), accept rate: [0-9]++\.[0-9]++, )?cuda graph: (True|False), "
+    r"gen throughput \(token/s\): [0-9]++\.[0-9]++, #queue-req: [0-9]++(?:,[ \t]*)?$", re.MULTILINE)
 # The same over a follower's block of bytes (`BlockChunk.block`: no decoding of the chunk), where
 # every "Decode batch, " is one match of `_EVERY_DECODE_BYTES`: the strict line's two groups where
 # the line is strict, two empty groups where it is not (the strict rest cannot hold another mark).
@@ -165,6 +172,20 @@ class _DecodeLines:
         return line.decode("utf-8", "replace") if isinstance(line, bytes) else line
 
 
+def _findall_outside(pattern: re.Pattern[bytes], data: bytes, spans: Sequence[tuple[int, int]]) -> list:
+    """`pattern.findall(data)` where the lines `spans` (ascending (start, end), none holding a
+    decode mark) are not read: a match is inside one line, so none is lost."""
+    if not spans:
+        return pattern.findall(data)
+    found: list = []
+    pos = 0
+    for start, end in spans:
+        if pos < start:
+            found += pattern.findall(data, pos, start)
+        pos = max(pos, end)
+    return found + pattern.findall(data, pos)
+
+
 def _int(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
@@ -255,6 +276,9 @@ class ServingWatch:
         self._last_line: str | None = None
         self.decode_accept: float | None = None  # the latest decode line's accept length
         self._low_of = _LowOf(float("nan"))
+        # The assembler's long needle-free lines without a decode mark (`scan.CleanLines`): a
+        # block's matches are read around them (`watch_service` shares the service's).
+        self.clean_lines: Any = None
 
     @property
     def last_decode(self) -> DecodeStats | None:
@@ -269,12 +293,14 @@ class ServingWatch:
         events (tests/test_serving_feed_fields.py)."""
         block = getattr(chunk, "block", None)  # a follower's BlockChunk: read its bytes, undecoded
         if block is not None:
-            fields = _EVERY_DECODE_BYTES.findall(block)  # one per mark: no count of them first
+            # one per mark: no count of them first; not in the long lines the assembler knows
+            fields = _findall_outside(_EVERY_DECODE_BYTES, block, self.clean_lines.spans(block)) \
+                if self.clean_lines is not None else _EVERY_DECODE_BYTES.findall(block)
             if not fields:
                 return []
-            accepts, graphs = zip(*fields)
+            graphs = [graph for _, graph in fields]  # two comprehensions: ~2/3 of `zip(*fields)`
             if b"" not in graphs:  # every decode line is strict
-                return self._feed_fields(block, accepts, graphs)
+                return self._feed_fields(block, [accept for accept, _ in fields], graphs)
             return self._feed_lines(chunk.text or "\n".join(chunk.lines))
         text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
         count = text.count(_DECODE_MARK)
@@ -282,8 +308,7 @@ class ServingWatch:
             return []
         found = _STRICT_DECODE.findall(text)
         if len(found) == count:
-            accepts, graphs = zip(*found)
-            return self._feed_fields(text, accepts, graphs)
+            return self._feed_fields(text, [accept for accept, _ in found], [graph for _, graph in found])
         return self._feed_lines(text)
 
     def _feed_lines(self, text: str) -> list[ServingEvent]:
@@ -458,6 +483,7 @@ def watch_service(service: Any, probe: Any, prober: Any, *, baseline: float | No
     """The serving watch of one verified launch, attached to its ServiceRun (which feeds it chunks)."""
     watch = ServingWatch(settings_from(probe), prober, captured_graphs=service.milestones.captured_graphs,
                          baseline=baseline, clock=clock.monotonic, wall=clock.time, on_ok=on_ok)
+    watch.clean_lines = getattr(getattr(service, "assembler", None), "clean_lines", None)
     service.serving, service.serving_events = watch, []
     return watch
 

@@ -87,6 +87,7 @@ class Assembler:
         # notable lines and the communication failure lines: line -> (rank or _UNSET, recent
         # line or None, failure line or None), learned as `_line` takes them (`_effect`).
         self._idle_effects: dict[str | bytes, tuple] = {}
+        self.clean_lines = scan.CleanLines()  # long needle-free lines: the automaton skips them (and the serving watch)
         self._noted_rank: object = _UNSET
         self._effect: tuple[str | None, str | None] | None = None
 
@@ -109,8 +110,9 @@ class Assembler:
                 chunk = replace(chunk, lines=lines, text=text if chunk.text is not None else None)
             data = scan.encode(text)
         first_hit = -2
+        clean = self.clean_lines.spans(data)
         if not state.busy:
-            first_hit = scan.find_any(data)
+            first_hit = scan.find_any_outside(data, 0, clean) if clean else scan.find_any(data)
             if first_hit < 0:
                 return  # the fast path: one pass of the automaton, no per-line work (none decoded)
         previous = -1
@@ -122,13 +124,13 @@ class Assembler:
                 text = chunk.text  # `data` decoded: its count of newlines is the faster one
             count, access = len(chunk.lines), chunk.lines
             selected = (((index, -1) for index in range(count)) if every_line
-                        else scan.candidate_starts(data, state, first_hit, text))
+                        else scan.candidate_starts(data, state, first_hit, text, clean=clean))
         else:  # the few lines the scan selects, each decoded from its own bytes
             count = chunk.line_count  # type: ignore[attr-defined]
             access = _BlockLines(chunk, data, count)
             starts = access.starts
             resume = [0]  # where the scan goes on after a run of assert lines taken at once
-            selected = scan.candidate_starts(data, state, first_hit, resume=resume)
+            selected = scan.candidate_starts(data, state, first_hit, resume=resume, clean=clean)
         self._current = (chunk, access)
         seen = self._idle_effects
         try:

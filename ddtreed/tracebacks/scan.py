@@ -17,13 +17,15 @@ opened a traceback):
   needle; and the `_ordinary` calls for the lines skipped are no-ops on a source that is not busy.
 
 So the lines skipped are exactly those the assembler would have looked at without any effect.
+A long line that comes back verbatim and holds no needle (`CleanLines`) is not read again by
+the automaton: a needle holds no newline, so it lies inside one line, and that line has none.
 Without RE2 (a declared dependency) Python's `re` runs the same patterns, slower.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterator, Protocol
+from typing import Any, Iterator, Protocol
 
 from . import grammar
 
@@ -128,6 +130,92 @@ def _match_end(pattern, data: bytes, start: int) -> int:
     return regexp.Match(anchor, data, start, len(data))[0][1]
 
 
+LONG_LINE = 4096  # a line at least this long, found needle-free, is remembered by its bytes
+CLEAN_BYTES = 256 * 1024  # the long lines remembered, in all (forgotten all at once past it)
+# SGLang's decode line (ddtreed.health.serving's mark): a line holding it is never remembered, so
+# the serving watch, which reads every decode line, can skip the remembered lines too.
+DECODE_MARK = b"Decode batch, "
+_SEEN = object()  # a long line seen once, not checked yet
+
+
+class CleanLines:
+    """Long lines (`LONG_LINE` bytes or more) that hold no needle, remembered by their bytes, so
+    the automaton does not read them again where they come back verbatim (SGLang's 8 KB
+    `server_args=` line, a long warning printed by every rank, a repeated NCCL dump).
+
+    `spans(data)` is the (start, end) of each line of `data` known to be one of them (and to hold
+    no `DECODE_MARK`); asked again for the same `data` (the serving watch after the assembler),
+    it answers without probing again. Finding the
+    long lines costs no per-line step: one probe every `LONG_LINE` bytes (every line that long
+    holds one), each a `rfind` and a `find` of the newline around it. A long line is checked (one
+    automaton pass over it, `find_any`) the second time it is seen, then known: a line seen
+    once, or never again (a tqdm bar's new count), costs its probe and its copy only. A line is
+    known only by comparing all its bytes (`startswith` at its start, its length), never a hash."""
+
+    def __init__(self, max_bytes: int = CLEAN_BYTES):
+        self.max_bytes = max_bytes
+        # (length, first and last 64 bytes) -> the line, and True (no needle, no decode mark),
+        # False (one of them: read as any other line) or _SEEN (seen once, not checked yet)
+        self._lines: dict[tuple[int, bytes, bytes], tuple[bytes, Any]] = {}
+        self._bytes = 0
+        self._last: tuple[bytes, list[tuple[int, int]]] | None = None  # the latest data, its spans
+
+    def spans(self, data: bytes) -> list[tuple[int, int]]:
+        last = self._last
+        if last is not None and last[0] is data:
+            return last[1]
+        size = len(data)
+        found: list[tuple[int, int]] = []
+        probe = LONG_LINE - 1
+        while probe < size:
+            start = data.rfind(b"\n", 0, probe) + 1
+            end = data.find(b"\n", probe)
+            end = size if end < 0 else end
+            if end - start < LONG_LINE:
+                probe += LONG_LINE
+                continue
+            if self._clean(data, start, end):
+                found.append((start, end))
+            probe = end + LONG_LINE  # the next line this long holds a byte of this new grid
+        self._last = (data, found)
+        return found
+
+    def _clean(self, data: bytes, start: int, end: int) -> bool:
+        key = (end - start, data[start:start + 64], data[end - 64:end])
+        known = self._lines.get(key)
+        if known is not None and data.startswith(known[0], start):  # the same length: the same line
+            state = known[1]
+            if state is not _SEEN:
+                return state
+            # seen twice: worth one pass to know it (a needle line is known as one too: the scan
+            # reads it each time, as any other, but it is not checked again)
+            clean = find_any(data, start, end) < 0 and data.find(DECODE_MARK, start, end) < 0
+            self._lines[key] = (known[0], clean)
+            return clean
+        if self._bytes + end - start > self.max_bytes:
+            self._lines.clear()
+            self._bytes = 0
+        if known is not None:
+            self._bytes -= len(known[0])
+        self._lines[key] = (data[start:end], _SEEN)
+        self._bytes += end - start
+        return False
+
+
+def find_any_outside(data: bytes, pos: int, spans: list[tuple[int, int]]) -> int:
+    """`find_any(data, pos)` where no needle can be in the lines `spans` (ascending (start, end)
+    of lines: a needle holds no newline, so it is inside one line): those are not read."""
+    for start, end in spans:
+        if end <= pos:
+            continue
+        if pos < start:
+            hit = find_any(data, pos, start)
+            if hit >= 0:
+                return hit
+        pos = end
+    return find_any(data, pos)
+
+
 class _Source(Protocol):
     @property
     def busy(self) -> bool: ...
@@ -161,11 +249,13 @@ def candidate_lines(text: str, data: bytes, state: _Source, first_hit: int = -2)
 
 
 def candidate_starts(data: bytes, state: _Source, first_hit: int = -2,
-                     text: str | None = None, resume: list[int] | None = None) -> Iterator[tuple[int, int]]:
+                     text: str | None = None, resume: list[int] | None = None,
+                     clean: list[tuple[int, int]] | None = None) -> Iterator[tuple[int, int]]:
     """(index, byte offset in `data` where the line starts) of the lines of `data` that can matter,
     as `candidate_lines`; `text`, when given, is `data` decoded (its count of newlines is used).
     `resume`: a line start the caller may set past the line just handed out (`resume[0]`): the
-    lines before it were taken care of, the scan goes on from there."""
+    lines before it were taken care of, the scan goes on from there. `clean`: lines known to hold
+    no needle (`CleanLines.spans`), which the needle search does not read."""
     # Byte offsets are str offsets in ASCII text, where str.count is the faster count.
     ascii = text is not None and text.isascii()
     end = len(data)
@@ -183,7 +273,7 @@ def candidate_starts(data: bytes, state: _Source, first_hit: int = -2,
                 untagged = _next_untagged(data, pos, last)
             while True:  # the first line from pos holding a tagged needle, or an idle one if untagged
                 if needle == -2 or 0 <= needle < pos:
-                    needle = find_any(data, pos)
+                    needle = find_any_outside(data, pos, clean) if clean else find_any(data, pos)
                 if needle < 0 or (busy and 0 <= untagged <= needle):
                     break
                 line_start = data.rfind(b"\n", pos, needle) + 1 or pos
