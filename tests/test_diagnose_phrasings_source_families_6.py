@@ -1,0 +1,74 @@
+# ruff: noqa: E501  (the phrasings are verbatim one-line messages)
+"""The families ddtreed/data/rules/source-families-6.toml adds, in the words of the software that
+prints them, not of a corpus report. Where each phrasing comes from:
+
+- DeepEP's EPException (csrc/kernels/exception.cuh: `"Failed: " + name + " error " + file + ":" +
+  line + " '" + error + "'"`, thrown by EP_HOST_ASSERT with the condition's text; sgl-kernel-npu's
+  fork adds `error meessage or error code is`), the conditions of csrc/deep_ep.cpp's checks and the
+  `false and "Unsupported …"` default branch of csrc/kernels/launch.cuh's SWITCH_* macros;
+- glibc's assert() line (`<prog>: <file>:<line>: <function>: Assertion `<cond>' failed.`) from
+  LLVM's, MLIR's and Triton's own C++ sources, and LLVM's llvm_unreachable (`UNREACHABLE executed
+  at <file>:<line>!`), alone or before the abort faulthandler reports;
+- the refusals that name what does support a feature (`Only FlashInfer backend supports …`) or say a
+  feature is not implemented for this backend, pool or dtype (SGLang's checks, torch's AT_DISPATCH
+  `"<op>" not implemented for '<dtype>'`).
+
+Every text goes through `ddtreed diagnose`'s own path. Near misses (a close wording that belongs
+elsewhere) get the same category with and without the new file. None of the phrasings is a corpus
+report's text (checked against the development part; the held-out part is never read)."""
+
+from phrasing_helpers import (new_rule_file_tests,
+                              traceback_text, with_and_without)
+
+NEW_FILE = "source-families-6.toml"
+RULES, WITHOUT = with_and_without(NEW_FILE)
+
+SCHED = ["sglang/srt/managers/scheduler.py:run_scheduler_process", "sglang/srt/managers/scheduler.py:event_loop_normal",
+         "sglang/srt/managers/scheduler.py:run_batch", "sglang/srt/managers/tp_worker.py:forward_batch_generation",
+         "sglang/srt/model_executor/model_runner.py:forward"]
+DISPATCH = SCHED + ["sglang/srt/models/deepseek_v2.py:forward", "sglang/srt/layers/moe/token_dispatcher/deepep.py:dispatch",
+                    "deep_ep/buffer.py:low_latency_dispatch"]
+INTRANODE = SCHED + ["sglang/srt/layers/moe/token_dispatcher/deepep.py:dispatch_a", "deep_ep/buffer.py:dispatch",
+                     "deep_ep/buffer.py:internode_dispatch"]
+BACKEND = ["sglang/srt/managers/scheduler.py:__init__", "sglang/srt/managers/tp_worker.py:__init__",
+           "sglang/srt/model_executor/model_runner.py:__init__", "sglang/srt/model_executor/model_runner.py:init_attention_backend"]
+POOL = ["sglang/srt/managers/scheduler.py:__init__", "sglang/srt/managers/scheduler.py:init_cache_with_memory_pool",
+        "sglang/srt/mem_cache/hiradix_cache.py:__init__"]
+TRITON_ABORT = ("Fatal Python error: Aborted\n\nThread 0x00007f3a2c9ff640 (most recent call first):\n"
+                '  File "/usr/local/lib/python3.12/dist-packages/triton/compiler/compiler.py", line 320 in compile\n'
+                '  File "/usr/local/lib/python3.12/dist-packages/triton/runtime/jit.py", line 591 in run')
+
+PHRASINGS = [
+    # expert-parallel-library-host-check-refused
+    ("unsupported-config", traceback_text(DISPATCH, "RuntimeError: Failed: Assertion error /opt/DeepEP/csrc/kernels/internode_ll.cu:402 'false and \"Unsupported type\"'")),
+    ("unsupported-config", traceback_text(INTRANODE, "RuntimeError: Failed: Assertion error /opt/DeepEP/csrc/deep_ep.cpp:318 'config.num_sms % 2 == 0'")),
+    ("unsupported-config", traceback_text(INTRANODE, "RuntimeError: Failed: Assertion error /opt/DeepEP/csrc/deep_ep.cpp:344 '(x.size(1) * x.element_size()) % sizeof(int4) == 0'")),
+    ("unsupported-config", traceback_text(DISPATCH, "RuntimeError: Failed: Assertion error /home/sgl-kernel-npu/csrc/deepep/deep_ep.cpp:210 error meessage or error code is 'hidden == 7168'")),
+    ("unsupported-config", "DeepEP's low-latency dispatch stops at /opt/DeepEP/csrc/kernels/launch.cuh:88 'false and \"Unsupported ranks\"' with 48 ranks"),
+    # refusal-named-support-or-implementation
+    ("unsupported-config", traceback_text(BACKEND, "AssertionError: Only FlashInfer backend supports custom attention mask currently.")),
+    ("unsupported-config", traceback_text(BACKEND, "AssertionError: Only fa3 and triton backends support encoder-decoder cross attention")),
+    ("unsupported-config", traceback_text(POOL, "ValueError: L2 codec host pool is not implemented for MLA yet.")),
+    ("unsupported-config", traceback_text(SCHED + ["torch/nn/functional.py:linear"], "RuntimeError: \"addmm_impl_cpu_\" not implemented for 'Half'")),
+    # kernel-compiler-internal-assertion
+    ("kernel-compile-error", "python3: /project/lib/Conversion/TritonGPUToLLVM/ReduceOpToLLVM.cpp:59: auto mlir::triton::ReduceOpConversion::matchAndRewrite: Assertion `false && \"Unexpected reduce\"' failed."),
+    ("kernel-compile-error", "python3.11: /root/.triton/llvm/llvm-4017f04e-ubuntu-x64/include/llvm/Support/Casting.h:566: decltype(auto) llvm::cast(const From &) [To = mlir::triton::gpu::BlockedEncodingAttr, From = mlir::Attribute]: Assertion `isa<To>(Val) && \"cast<Ty>() argument of incompatible type!\"' failed."),
+    ("kernel-compile-error", "UNREACHABLE executed at /source/llvm-project/llvm/lib/Target/NVPTX/NVPTXISelLowering.cpp:2011!"),
+    # kernel-compiler-internal-assertion-then-abort
+    ("kernel-compile-error", "python3: /project/lib/Dialect/TritonGPU/Transforms/Pipeliner/PipelineExpander.cpp:417: void mlir::triton::LoopPipelinerInternal::emitPrologue(): Assertion `stage < numStages' failed.\n" + TRITON_ABORT),
+    ("kernel-compile-error", "python: /root/.triton/llvm/llvm-86b69c31-almalinux-x64/include/llvm/ADT/SmallVector.h:291: T& llvm::SmallVectorTemplateCommon<T>::operator[](size_type): Assertion `idx < size()' failed.\n" + TRITON_ABORT),
+]
+
+NEAR_MISSES = [
+    # a GPU kernel's device-side assert (a .cu file, a block and a thread) stays a memory fault
+    ("illegal-memory-access", "/pytorch/aten/src/ATen/native/cuda/ScatterGatherKernel.cu:365: operator(): block: [5,0,0], thread: [33,0,0] Assertion `idx_dim >= 0 && idx_dim < index_size && \"index out of bounds\"` failed."),
+    # DeepEP's check that NVSHMEM initialised stays a communication failure
+    ("nccl-error", traceback_text(INTRANODE[:-1] + ["deep_ep/buffer.py:__init__"], "RuntimeError: Failed: Assertion error /opt/DeepEP/csrc/deep_ep.cpp:281 'nvshmem_rank == internode::init(root_unique_id, nvshmem_rank, num_nvshmem_ranks, low_latency_mode)'")),
+    # a CUDA error raised through DeepEP's CUDA_CHECK is judged by the CUDA error
+    ("illegal-memory-access", traceback_text(DISPATCH, "RuntimeError: Failed: CUDA error /opt/DeepEP/csrc/deep_ep.cpp:1310 'an illegal memory access was encountered'")),
+    # a bare assertion in SGLang's serving code stays a code bug
+    ("other", traceback_text(SCHED, "AssertionError: req.output_ids is empty")),
+]
+
+
+globals().update(new_rule_file_tests(RULES, WITHOUT, PHRASINGS, NEAR_MISSES, from_sources=True))
