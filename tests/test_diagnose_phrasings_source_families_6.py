@@ -9,6 +9,8 @@ prints them, not of a corpus report. Where each phrasing comes from:
 - glibc's assert() line (`<prog>: <file>:<line>: <function>: Assertion `<cond>' failed.`) from
   LLVM's, MLIR's and Triton's own C++ sources, and LLVM's llvm_unreachable (`UNREACHABLE executed
   at <file>:<line>!`), alone or before the abort faulthandler reports;
+- DeepGEMM's JIT compiler (csrc/jit/compiler.hpp: `DG_HOST_ASSERT(false and "NVCC compilation
+  failed")`, `"cuobjdump failed"`, through csrc/utils/exception.hpp's `Assertion error (<file>:<line>)`);
 - the refusals that name what does support a feature (`Only FlashInfer backend supports …`) or say a
   feature is not implemented for this backend, pool or dtype (SGLang's checks, torch's AT_DISPATCH
   `"<op>" not implemented for '<dtype>'`).
@@ -34,6 +36,7 @@ BACKEND = ["sglang/srt/managers/scheduler.py:__init__", "sglang/srt/managers/tp_
            "sglang/srt/model_executor/model_runner.py:__init__", "sglang/srt/model_executor/model_runner.py:init_attention_backend"]
 POOL = ["sglang/srt/managers/scheduler.py:__init__", "sglang/srt/managers/scheduler.py:init_cache_with_memory_pool",
         "sglang/srt/mem_cache/hiradix_cache.py:__init__"]
+DEEPGEMM = SCHED + ["sglang/srt/layers/quantization/fp8_kernel.py:w8a8_block_fp8_matmul_deepgemm", "deep_gemm/__init__.py:fp8_gemm_nt"]
 TRITON_ABORT = ("Fatal Python error: Aborted\n\nThread 0x00007f3a2c9ff640 (most recent call first):\n"
                 '  File "/usr/local/lib/python3.12/dist-packages/triton/compiler/compiler.py", line 320 in compile\n'
                 '  File "/usr/local/lib/python3.12/dist-packages/triton/runtime/jit.py", line 591 in run')
@@ -57,6 +60,9 @@ PHRASINGS = [
     # kernel-compiler-internal-assertion-then-abort
     ("kernel-compile-error", "python3: /project/lib/Dialect/TritonGPU/Transforms/Pipeliner/PipelineExpander.cpp:417: void mlir::triton::LoopPipelinerInternal::emitPrologue(): Assertion `stage < numStages' failed.\n" + TRITON_ABORT),
     ("kernel-compile-error", "python: /root/.triton/llvm/llvm-86b69c31-almalinux-x64/include/llvm/ADT/SmallVector.h:291: T& llvm::SmallVectorTemplateCommon<T>::operator[](size_type): Assertion `idx < size()' failed.\n" + TRITON_ABORT),
+    # kernel-jit-compiler-command-failed
+    ("kernel-compile-error", traceback_text(DEEPGEMM, "RuntimeError: Assertion error (csrc/jit/compiler.hpp:208): false and \"NVCC compilation failed\"")),
+    ("kernel-compile-error", traceback_text(DEEPGEMM, "RuntimeError: Assertion error (/opt/DeepGEMM/csrc/jit/compiler.hpp:141): false and \"cuobjdump failed\"")),
 ]
 
 NEAR_MISSES = [
@@ -66,6 +72,8 @@ NEAR_MISSES = [
     ("nccl-error", traceback_text(INTRANODE[:-1] + ["deep_ep/buffer.py:__init__"], "RuntimeError: Failed: Assertion error /opt/DeepEP/csrc/deep_ep.cpp:281 'nvshmem_rank == internode::init(root_unique_id, nvshmem_rank, num_nvshmem_ranks, low_latency_mode)'")),
     # a CUDA error raised through DeepEP's CUDA_CHECK is judged by the CUDA error
     ("illegal-memory-access", traceback_text(DISPATCH, "RuntimeError: Failed: CUDA error /opt/DeepEP/csrc/deep_ep.cpp:1310 'an illegal memory access was encountered'")),
+    # DeepGEMM's refusal of an architecture (its API checks, not its JIT compiler) stays a refused GPU
+    ("unsupported-config", traceback_text(DEEPGEMM, "RuntimeError: Assertion error (csrc/apis/layout.hpp:59): Unknown SF transformation")),
     # a bare assertion in SGLang's serving code stays a code bug
     ("other", traceback_text(SCHED, "AssertionError: req.output_ids is empty")),
 ]
