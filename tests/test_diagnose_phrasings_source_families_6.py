@@ -9,6 +9,9 @@ prints them, not of a corpus report. Where each phrasing comes from:
 - glibc's assert() line (`<prog>: <file>:<line>: <function>: Assertion `<cond>' failed.`) from
   LLVM's, MLIR's and Triton's own C++ sources, and LLVM's llvm_unreachable (`UNREACHABLE executed
   at <file>:<line>!`), alone or before the abort faulthandler reports;
+- the checks that two installed packages do not fit: setuptools' pkg_resources (`VersionConflict`),
+  pip's resolver (`X requires Y==1, but you have Y 2 which is incompatible.`), torchvision's
+  `_check_cuda_version`, NumPy's C-API import check (`module compiled against ABI version …`);
 - DeepGEMM's JIT compiler (csrc/jit/compiler.hpp: `DG_HOST_ASSERT(false and "NVCC compilation
   failed")`, `"cuobjdump failed"`, through csrc/utils/exception.hpp's `Assertion error (<file>:<line>)`);
 - the refusals that name what does support a feature (`Only FlashInfer backend supports …`) or say a
@@ -36,6 +39,7 @@ BACKEND = ["sglang/srt/managers/scheduler.py:__init__", "sglang/srt/managers/tp_
            "sglang/srt/model_executor/model_runner.py:__init__", "sglang/srt/model_executor/model_runner.py:init_attention_backend"]
 POOL = ["sglang/srt/managers/scheduler.py:__init__", "sglang/srt/managers/scheduler.py:init_cache_with_memory_pool",
         "sglang/srt/mem_cache/hiradix_cache.py:__init__"]
+IMPORT = ["sglang/launch_server.py:<module>", "sglang/srt/entrypoints/http_server.py:<module>", "sglang/srt/entrypoints/engine.py:<module>"]
 DEEPGEMM = SCHED + ["sglang/srt/layers/quantization/fp8_kernel.py:w8a8_block_fp8_matmul_deepgemm", "deep_gemm/__init__.py:fp8_gemm_nt"]
 TRITON_ABORT = ("Fatal Python error: Aborted\n\nThread 0x00007f3a2c9ff640 (most recent call first):\n"
                 '  File "/usr/local/lib/python3.12/dist-packages/triton/compiler/compiler.py", line 320 in compile\n'
@@ -60,6 +64,11 @@ PHRASINGS = [
     # kernel-compiler-internal-assertion-then-abort
     ("kernel-compile-error", "python3: /project/lib/Dialect/TritonGPU/Transforms/Pipeliner/PipelineExpander.cpp:417: void mlir::triton::LoopPipelinerInternal::emitPrologue(): Assertion `stage < numStages' failed.\n" + TRITON_ABORT),
     ("kernel-compile-error", "python: /root/.triton/llvm/llvm-86b69c31-almalinux-x64/include/llvm/ADT/SmallVector.h:291: T& llvm::SmallVectorTemplateCommon<T>::operator[](size_type): Assertion `idx < size()' failed.\n" + TRITON_ABORT),
+    # installed-packages-conflict
+    ("missing-dependency", traceback_text(IMPORT, "pkg_resources.ContextualVersionConflict: (huggingface-hub 0.19.4 (/usr/local/lib/python3.11/site-packages), Requirement.parse('huggingface-hub>=0.23.0'), {'transformers'})")),
+    ("missing-dependency", "ERROR: pip's dependency resolver does not currently take into account all the packages that are installed. This behaviour is the source of the following dependency conflicts.\nvllm 0.8.5 requires torch==2.6.0, but you have torch 2.7.1 which is incompatible."),
+    ("missing-dependency", traceback_text(IMPORT + ["torchvision/extension.py:_check_cuda_version"], "RuntimeError: Detected that PyTorch and torchvision were compiled with different CUDA major versions. PyTorch has CUDA Version=12.8 and torchvision has CUDA Version=11.8. Please reinstall the torchvision that matches your PyTorch install.")),
+    ("missing-dependency", traceback_text(IMPORT, "RuntimeError: module compiled against ABI version 0x1000009 but this version of numpy is 0x2000000")),
     # kernel-jit-compiler-command-failed
     ("kernel-compile-error", traceback_text(DEEPGEMM, "RuntimeError: Assertion error (csrc/jit/compiler.hpp:208): false and \"NVCC compilation failed\"")),
     ("kernel-compile-error", traceback_text(DEEPGEMM, "RuntimeError: Assertion error (/opt/DeepGEMM/csrc/jit/compiler.hpp:141): false and \"cuobjdump failed\"")),
@@ -74,6 +83,8 @@ NEAR_MISSES = [
     ("illegal-memory-access", traceback_text(DISPATCH, "RuntimeError: Failed: CUDA error /opt/DeepEP/csrc/deep_ep.cpp:1310 'an illegal memory access was encountered'")),
     # DeepGEMM's refusal of an architecture (its API checks, not its JIT compiler) stays a refused GPU
     ("unsupported-config", traceback_text(DEEPGEMM, "RuntimeError: Assertion error (csrc/apis/layout.hpp:59): Unknown SF transformation")),
+    # a kernel package built against another torch (an undefined C++ symbol) stays a kernel build mismatch
+    ("kernel-compile-error", traceback_text(IMPORT + ["sgl_kernel/__init__.py:<module>"], "ImportError: /usr/local/lib/python3.12/dist-packages/sgl_kernel/common_ops.abi3.so: undefined symbol: _ZN3c104cuda20CUDACachingAllocator9allocatorE")),
     # a bare assertion in SGLang's serving code stays a code bug
     ("other", traceback_text(SCHED, "AssertionError: req.output_ids is empty")),
 ]
