@@ -12,6 +12,8 @@ prints them, not of a corpus report. Where each phrasing comes from:
 - the checks that two installed packages do not fit: setuptools' pkg_resources (`VersionConflict`),
   pip's resolver (`X requires Y==1, but you have Y 2 which is incompatible.`), torchvision's
   `_check_cuda_version`, NumPy's C-API import check (`module compiled against ABI version …`);
+- the CUDA runtime's string for cudaErrorInvalidAddressSpace (`operation not supported on
+  global/shared address space`) and the driver API's name for it;
 - DeepGEMM's JIT compiler (csrc/jit/compiler.hpp: `DG_HOST_ASSERT(false and "NVCC compilation
   failed")`, `"cuobjdump failed"`, through csrc/utils/exception.hpp's `Assertion error (<file>:<line>)`);
 - the refusals that name what does support a feature (`Only FlashInfer backend supports …`) or say a
@@ -72,6 +74,10 @@ PHRASINGS = [
     # kernel-jit-compiler-command-failed
     ("kernel-compile-error", traceback_text(DEEPGEMM, "RuntimeError: Assertion error (csrc/jit/compiler.hpp:208): false and \"NVCC compilation failed\"")),
     ("kernel-compile-error", traceback_text(DEEPGEMM, "RuntimeError: Assertion error (/opt/DeepGEMM/csrc/jit/compiler.hpp:141): false and \"cuobjdump failed\"")),
+    # cuda-invalid-address-space
+    ("illegal-memory-access", traceback_text(SCHED, "torch.AcceleratorError: CUDA error: operation not supported on global/shared address space\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.")),
+    ("illegal-memory-access", traceback_text(SCHED + ["triton/backends/nvidia/driver.py:__call__"], "RuntimeError: Triton Error [CUDA]: operation not supported on global/shared address space")),
+    ("illegal-memory-access", traceback_text(SCHED + ["sglang/srt/layers/moe/fused_moe_triton/fused_moe.py:invoke_fused_moe_kernel"], "RuntimeError: cuLaunchKernel failed with CUDA_ERROR_INVALID_ADDRESS_SPACE")),
 ]
 
 NEAR_MISSES = [
@@ -85,6 +91,8 @@ NEAR_MISSES = [
     ("unsupported-config", traceback_text(DEEPGEMM, "RuntimeError: Assertion error (csrc/apis/layout.hpp:59): Unknown SF transformation")),
     # a kernel package built against another torch (an undefined C++ symbol) stays a kernel build mismatch
     ("kernel-compile-error", traceback_text(IMPORT + ["sgl_kernel/__init__.py:<module>"], "ImportError: /usr/local/lib/python3.12/dist-packages/sgl_kernel/common_ops.abi3.so: undefined symbol: _ZN3c104cuda20CUDACachingAllocator9allocatorE")),
+    # a refusal that says an option is not supported on this device stays a refused option
+    ("unsupported-config", traceback_text(BACKEND, "ValueError: fp8 e5m2 kv cache is not supported on this device")),
     # a bare assertion in SGLang's serving code stays a code bug
     ("other", traceback_text(SCHED, "AssertionError: req.output_ids is empty")),
 ]
