@@ -222,9 +222,9 @@ class Assembler:
         text = self._text(chunk, index)
         number = chunk.first_number + index
         if text[:1] not in ("[", " ", "\t", ""):
-            container = grammar.CONTAINER_PREFIX.match(text)
-            if container:  # `sglang-1  | …` (compose) or `2026-…Z stderr F …` (CRI): the line is after it
-                text = text[container.end():]
+            end = grammar.container_end(text)
+            if end:  # `sglang-1  | …` (compose) or `2026-…Z stderr F …` (CRI), stacked: the line is after them
+                text = text[end:]
         timestamp, rank, body = grammar.parse_line(text)
         speaker = None
         if timestamp is None and body.startswith("[rank"):

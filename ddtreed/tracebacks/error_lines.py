@@ -50,9 +50,9 @@ def _body(raw: str) -> tuple[str | None, str]:
     """(rank, text) of a line without ANSI colours, a container's prefix, torchrun's `[rank3]:`,
     SGLang's `[time TP0] ` prefix, nor a reporter's Markdown around it (`**…**`, backticks)."""
     line = grammar.strip_ansi(raw).strip().strip(_MARKUP)
-    container = grammar.CONTAINER_PREFIX.match(line) if line[:1] != "[" else None
-    if container:
-        line = line[container.end():].strip(_MARKUP)
+    end = grammar.container_end(line) if line[:1] != "[" else 0
+    if end:
+        line = line[end:].strip(_MARKUP)
     torchrun = grammar.TORCH_RANK_PREFIX.match(line)  # torchrun's `[rank3]:` before the line
     if torchrun:
         line = line[torchrun.end():]
