@@ -446,6 +446,11 @@ class Assembler:
         if argparse_error:
             self._fatal(state, chunk, number, None, ("usage error", stripped), body)
             return
+        if grammar.SIGQUIT.search(stripped) and "*** SIG" not in stripped:
+            # the launcher's notice pasted without SGLang's log prefix (not a signal dump's `*** SIGQUIT received at`)
+            before = self._comm.before(chunk.source, number, now)
+            self._activity(now).add_sigquit(stripped, chunk.source, number, before)
+            return
         terminate = grammar.TERMINATE.search(body)
         what = grammar.WHAT.match(body)
         nccl = grammar.NCCL_TIMEOUT.search(body)

@@ -61,6 +61,8 @@ KILL_EXIT_CODE = -9
 # The launcher's two wordings (`Received sigquit from a child process. It usually means …`, `SIGQUIT
 # received. …`); never the word alone (`custom_sigquit_handler=None` in every server_args line).
 SIGQUIT = re.compile(r"received sigquit|sigquit received", re.IGNORECASE)
+# The same, as plain needles (the idle scan is case-sensitive): its writers capitalise it either way.
+SIGQUIT_NEEDLES = ("eceived sigquit", "eceived SIGQUIT", "SIGQUIT received", "sigquit received", "Sigquit received")
 TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 WHAT = re.compile(r"\s*what\(\):\s+(?P<message>.*)$")
 TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
