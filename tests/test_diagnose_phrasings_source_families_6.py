@@ -9,6 +9,8 @@ prints them, not of a corpus report. Where each phrasing comes from:
 - glibc's assert() line (`<prog>: <file>:<line>: <function>: Assertion `<cond>' failed.`) from
   LLVM's, MLIR's and Triton's own C++ sources, and LLVM's llvm_unreachable (`UNREACHABLE executed
   at <file>:<line>!`), alone or before the abort faulthandler reports;
+- size checks that want one size to divide another or be a multiple of a block (`must divide`,
+  `to be a multiple of`, `must be a multiple of`, as SGLang's layers and the kernels' TORCH_CHECKs word them);
 - the checks that two installed packages do not fit: setuptools' pkg_resources (`VersionConflict`),
   pip's resolver (`X requires Y==1, but you have Y 2 which is incompatible.`), torchvision's
   `_check_cuda_version`, NumPy's C-API import check (`module compiled against ABI version …`);
@@ -42,6 +44,9 @@ BACKEND = ["sglang/srt/managers/scheduler.py:__init__", "sglang/srt/managers/tp_
 POOL = ["sglang/srt/managers/scheduler.py:__init__", "sglang/srt/managers/scheduler.py:init_cache_with_memory_pool",
         "sglang/srt/mem_cache/hiradix_cache.py:__init__"]
 IMPORT = ["sglang/launch_server.py:<module>", "sglang/srt/entrypoints/http_server.py:<module>", "sglang/srt/entrypoints/engine.py:<module>"]
+CAPTURE = ["sglang/srt/managers/scheduler.py:__init__", "sglang/srt/model_executor/model_runner.py:init_device_graphs",
+           "sglang/srt/model_executor/cuda_graph_runner.py:__init__", "sglang/srt/model_executor/cuda_graph_runner.py:capture",
+           "sglang/srt/model_executor/cuda_graph_runner.py:capture_one_batch_size"]
 DEEPGEMM = SCHED + ["sglang/srt/layers/quantization/fp8_kernel.py:w8a8_block_fp8_matmul_deepgemm", "deep_gemm/__init__.py:fp8_gemm_nt"]
 TRITON_ABORT = ("Fatal Python error: Aborted\n\nThread 0x00007f3a2c9ff640 (most recent call first):\n"
                 '  File "/usr/local/lib/python3.12/dist-packages/triton/compiler/compiler.py", line 320 in compile\n'
@@ -66,6 +71,10 @@ PHRASINGS = [
     # kernel-compiler-internal-assertion-then-abort
     ("kernel-compile-error", "python3: /project/lib/Dialect/TritonGPU/Transforms/Pipeliner/PipelineExpander.cpp:417: void mlir::triton::LoopPipelinerInternal::emitPrologue(): Assertion `stage < numStages' failed.\n" + TRITON_ABORT),
     ("kernel-compile-error", "python: /root/.triton/llvm/llvm-86b69c31-almalinux-x64/include/llvm/ADT/SmallVector.h:291: T& llvm::SmallVectorTemplateCommon<T>::operator[](size_type): Assertion `idx < size()' failed.\n" + TRITON_ABORT),
+    # size-must-divide-or-be-a-multiple
+    ("unsupported-config", traceback_text(BACKEND[:3] + ["sglang/srt/layers/linear.py:__init__"], "AssertionError: tp_size (6) must divide the number of key-value heads (8)")),
+    ("unsupported-config", traceback_text(BACKEND[:3] + ["sglang/srt/layers/moe/fused_moe_triton/layer.py:__init__"], "ValueError: Expected intermediate_size_per_partition to be a multiple of 128, got 1440")),
+    ("unsupported-config", traceback_text(BACKEND[:3] + ["sgl_kernel/gemm.py:fp8_blockwise_scaled_mm"], "RuntimeError: mat_a.size(1) must be a multiple of 16")),
     # installed-packages-conflict
     ("missing-dependency", traceback_text(IMPORT, "pkg_resources.ContextualVersionConflict: (huggingface-hub 0.19.4 (/usr/local/lib/python3.11/site-packages), Requirement.parse('huggingface-hub>=0.23.0'), {'transformers'})")),
     ("missing-dependency", "ERROR: pip's dependency resolver does not currently take into account all the packages that are installed. This behaviour is the source of the following dependency conflicts.\nvllm 0.8.5 requires torch==2.6.0, but you have torch 2.7.1 which is incompatible."),
@@ -93,6 +102,8 @@ NEAR_MISSES = [
     ("kernel-compile-error", traceback_text(IMPORT + ["sgl_kernel/__init__.py:<module>"], "ImportError: /usr/local/lib/python3.12/dist-packages/sgl_kernel/common_ops.abi3.so: undefined symbol: _ZN3c104cuda20CUDACachingAllocator9allocatorE")),
     # a refusal that says an option is not supported on this device stays a refused option
     ("unsupported-config", traceback_text(BACKEND, "ValueError: fp8 e5m2 kv cache is not supported on this device")),
+    # a size that does not divide while a CUDA graph is captured stays the capture's failure
+    ("cuda-graph-capture-failed", traceback_text(CAPTURE, "AssertionError: num_tokens must be a multiple of 8")),
     # a bare assertion in SGLang's serving code stays a code bug
     ("other", traceback_text(SCHED, "AssertionError: req.output_ids is empty")),
 ]
