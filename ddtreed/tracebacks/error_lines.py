@@ -11,7 +11,8 @@ the caller uses them only when nothing decisive was assembled.
 
 The live daemon does not use this: an error line without a process death is not a crash there.
 Only lines shaped like an error count (an error level, a glog E/F record, a failure that names
-its exception); a request's HTTP status line or a warning is never one.
+its exception, an exception's own `XError: …` line behind a log prefix); a request's HTTP status
+line or a warning is never one.
 """
 
 from __future__ import annotations
@@ -78,6 +79,11 @@ def error_line(body: str) -> tuple[str | None, str] | None:
         message = level.group("message")
         named = _NAMED.search(message)
         return (named.group("type") if named else None), message
+    own = _NAMED.match(body)
+    if own and own.group("message"):
+        # An exception's own line behind a log prefix, its traceback not pasted or not printed
+        # (`[2026-… TP0] torch.OutOfMemoryError: CUDA out of memory. …`).
+        return own.group("type"), own.group("message")
     return None
 
 
