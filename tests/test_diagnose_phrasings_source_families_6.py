@@ -16,6 +16,8 @@ prints them, not of a corpus report. Where each phrasing comes from:
   `_check_cuda_version`, NumPy's C-API import check (`module compiled against ABI version …`);
 - the CUDA runtime's string for cudaErrorInvalidAddressSpace (`operation not supported on
   global/shared address space`) and the driver API's name for it;
+- FlashInfer's compilation context (flashinfer/compilation_context.py: `No supported CUDA
+  architectures found for major versions [...]`, `SM 12.x requires CUDA >= 12.9`);
 - DeepGEMM's JIT compiler (csrc/jit/compiler.hpp: `DG_HOST_ASSERT(false and "NVCC compilation
   failed")`, `"cuobjdump failed"`, through csrc/utils/exception.hpp's `Assertion error (<file>:<line>)`);
 - the refusals that name what does support a feature (`Only FlashInfer backend supports …`) or say a
@@ -80,6 +82,10 @@ PHRASINGS = [
     ("missing-dependency", "ERROR: pip's dependency resolver does not currently take into account all the packages that are installed. This behaviour is the source of the following dependency conflicts.\nvllm 0.8.5 requires torch==2.6.0, but you have torch 2.7.1 which is incompatible."),
     ("missing-dependency", traceback_text(IMPORT + ["torchvision/extension.py:_check_cuda_version"], "RuntimeError: Detected that PyTorch and torchvision were compiled with different CUDA major versions. PyTorch has CUDA Version=12.8 and torchvision has CUDA Version=11.8. Please reinstall the torchvision that matches your PyTorch install.")),
     ("missing-dependency", traceback_text(IMPORT, "RuntimeError: module compiled against ABI version 0x1000009 but this version of numpy is 0x2000000")),
+    # kernel-jit-has-no-target-for-this-gpu
+    ("kernel-compile-error", traceback_text(SCHED + ["flashinfer/gemm.py:gen_gemm_sm120_module_cutlass_fp4", "flashinfer/compilation_context.py:get_nvcc_flags_list"], "RuntimeError: No supported CUDA architectures found for major versions [12].")),
+    ("kernel-compile-error", "Exception: Capture cuda graph failed: No supported CUDA architectures found for major versions [9, 10, 11, 12].\nPossible solutions:\n1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)"),
+    ("kernel-compile-error", traceback_text(SCHED + ["flashinfer/compilation_context.py:_normalize_cuda_arch"], "RuntimeError: SM 12.x requires CUDA >= 12.9")),
     # kernel-jit-compiler-command-failed
     ("kernel-compile-error", traceback_text(DEEPGEMM, "RuntimeError: Assertion error (csrc/jit/compiler.hpp:208): false and \"NVCC compilation failed\"")),
     ("kernel-compile-error", traceback_text(DEEPGEMM, "RuntimeError: Assertion error (/opt/DeepGEMM/csrc/jit/compiler.hpp:141): false and \"cuobjdump failed\"")),
