@@ -20,6 +20,8 @@ prints them, not of a corpus report. Where each phrasing comes from:
   architectures found for major versions [...]`, `SM 12.x requires CUDA >= 12.9`);
 - DeepGEMM's JIT compiler (csrc/jit/compiler.hpp: `DG_HOST_ASSERT(false and "NVCC compilation
   failed")`, `"cuobjdump failed"`, through csrc/utils/exception.hpp's `Assertion error (<file>:<line>)`);
+- Python's own wordings for a None used on the communication path (`'NoneType' object has no
+  attribute 'all_gather'`), in SGLang's srt/distributed/ and communicator code;
 - the refusals that name what does support a feature (`Only FlashInfer backend supports …`) or say a
   feature is not implemented for this backend, pool or dtype (SGLang's checks, torch's AT_DISPATCH
   `"<op>" not implemented for '<dtype>'`).
@@ -55,6 +57,9 @@ TRITON_ABORT = ("Fatal Python error: Aborted\n\nThread 0x00007f3a2c9ff640 (most 
                 '  File "/usr/local/lib/python3.12/dist-packages/triton/runtime/jit.py", line 591 in run')
 
 PHRASINGS = [
+    # none-value-in-communication-code
+    ("other", traceback_text(SCHED + ["sglang/srt/distributed/communication_op.py:tensor_model_parallel_all_gather", "sglang/srt/distributed/parallel_state.py:all_gather"], "AttributeError: 'NoneType' object has no attribute 'all_gather'")),
+    ("other", traceback_text(SCHED + ["sglang/srt/layers/communicator.py:prepare_attn", "sglang/srt/distributed/parallel_state.py:all_reduce"], "TypeError: 'NoneType' object is not callable")),
     # expert-parallel-library-host-check-refused
     ("unsupported-config", traceback_text(DISPATCH, "RuntimeError: Failed: Assertion error /opt/DeepEP/csrc/kernels/internode_ll.cu:402 'false and \"Unsupported type\"'")),
     ("unsupported-config", traceback_text(INTRANODE, "RuntimeError: Failed: Assertion error /opt/DeepEP/csrc/deep_ep.cpp:318 'config.num_sms % 2 == 0'")),
@@ -110,6 +115,8 @@ NEAR_MISSES = [
     ("unsupported-config", traceback_text(BACKEND, "ValueError: fp8 e5m2 kv cache is not supported on this device")),
     # a size that does not divide while a CUDA graph is captured stays the capture's failure
     ("cuda-graph-capture-failed", traceback_text(CAPTURE, "AssertionError: num_tokens must be a multiple of 8")),
+    # a collective that failed in distributed code stays a communication failure
+    ("nccl-error", traceback_text(SCHED + ["sglang/srt/distributed/parallel_state.py:all_reduce", "torch/distributed/distributed_c10d.py:all_reduce"], "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, remote process exited or there was a network error, NCCL version 2.27.3")),
     # a bare assertion in SGLang's serving code stays a code bug
     ("other", traceback_text(SCHED, "AssertionError: req.output_ids is empty")),
 ]
