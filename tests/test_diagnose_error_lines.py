@@ -108,6 +108,17 @@ def test_an_error_level_line_names_its_exception_class():
     assert crash.exception == "ConnectionError"
 
 
+def test_an_exceptions_own_line_behind_a_log_prefix_is_an_error_line():
+    # The traceback above it was not pasted (or a logger printed only `type: message`).
+    line = "[2026-03-02 16:00:21 TP0] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    [crash] = error_line_crashes(SERVING[:3] + [line])
+    assert (crash.exception, crash.message) == ("torch.OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB.")
+    [diagnosis] = diagnoses_of(SERVING[:3] + [line])
+    assert diagnosis.match.category == "cuda-oom" and any("error lines" in note for note in diagnosis.notes)
+    # A line that merely mentions an exception class is no such line.
+    assert error_line_crashes(SERVING[:3] + ["[2026-03-02 16:00:21 TP0] Retrying after ValueError: busy"]) == ()
+
+
 def test_the_live_assembler_sees_no_crash_in_error_lines(tmp_path):
     lines = SERVING[:3] + [DECODE_TIMEOUT, MOONCAKE_GLOG] + SERVING[3:5]
     assert assemble_lines(lines, "<log>") == []

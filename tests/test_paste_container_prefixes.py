@@ -78,3 +78,22 @@ def test_a_traceback_copied_from_a_pages_html_source_is_read_unescaped():
     assert "&quot;" in lines[2]
     [diagnosis] = diagnose_lines(lines, "<paste>", RULES, None)
     assert (diagnosis.match.category, len(diagnosis.crash.frames)) == ("nccl-error", 2)
+
+
+@pytest.mark.parametrize("outer,inner", [
+    ("2026-03-24T12:06:12.101062401+08:00 stderr F ", "sglang-1  | "),  # a CRI record of a compose service's line
+    ("sglang-1  | ", "sglang_service-1  | "),  # a compose service that runs compose (its own services' prefixes)
+])
+def test_stacked_container_prefixes_all_come_off(outer, inner):
+    lines = [outer + inner + line for line in TRACEBACK]
+    [diagnosis] = diagnose_lines(lines, "<paste>", RULES, None)
+    assert (diagnosis.match.category, diagnosis.crash.exception) == ("nccl-error", "torch.distributed.DistBackendError")
+    assert [frame.function for frame in diagnosis.crash.frames] == ["run_scheduler_process", "all_reduce"]
+
+
+def test_the_live_assembler_reads_a_traceback_behind_stacked_prefixes():
+    from ddtreed.tracebacks import assemble_lines
+
+    [group] = assemble_lines(["sglang-1  | sglang_service-1  | " + line for line in TRACEBACK], "<log>")
+    [crash] = group
+    assert crash.exception == "torch.distributed.DistBackendError" and len(crash.frames) == 2

@@ -80,3 +80,21 @@ def test_the_daemons_eager_assembler_reports_the_kill():
     assembler.feed(LogChunk("server.log", 3, tuple(shell_output("bash")), 1.0))
     groups = assembler.take(1.0)
     assert [(crash.kind, crash.exit_code) for group in groups for crash in group] == [("child-death", -9)]
+
+
+@pytest.mark.parametrize("notice", ["Received sigquit from a child process. It usually means the child failed.",
+                                    "SIGQUIT received. signum=None, frame=None. It usually means one child failed."])
+def test_the_launchers_sigquit_notice_without_its_log_prefix_is_a_childs_death(notice):
+    # A paste (or a wrapper's log) that dropped SGLang's `[time] ` prefix: the notice still says a child died.
+    lines = ["Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 0, token usage: 0.02, #running-req: 0,",
+             notice]
+    [diagnosis] = diagnose_lines(lines, "<paste>", RULES, None)
+    assert (diagnosis.crash.kind, diagnosis.crash.message) == ("child-death", notice)
+    assert diagnosis.match.rule_id == "worker-died-without-traceback"
+
+
+def test_a_fatal_signal_dump_that_names_sigquit_stays_a_fatal_signal():
+    lines = ["*** SIGQUIT received at time=1764670000 on cpu 3 ***",
+             "PC: @     0x7f1d2c0a1e2e  (unknown)  pthread_cond_wait@@GLIBC_2.3.2"]
+    diagnoses = diagnose_lines(lines, "<paste>", RULES, None)
+    assert diagnoses and diagnoses[0].crash.kind == "error-line"

@@ -224,9 +224,9 @@ class Assembler:
         text = self._text(chunk, index)
         number = chunk.first_number + index
         if text[:1] not in ("[", " ", "\t", ""):
-            container = grammar.CONTAINER_PREFIX.match(text)
-            if container:  # `sglang-1  | …` (compose) or `2026-…Z stderr F …` (CRI): the line is after it
-                text = text[container.end():]
+            end = grammar.container_end(text)
+            if end:  # `sglang-1  | …` (compose) or `2026-…Z stderr F …` (CRI), stacked: the line is after them
+                text = text[end:]
         timestamp, rank, body = grammar.parse_line(text)
         speaker = None
         if timestamp is None and body.startswith("[rank"):
@@ -447,6 +447,11 @@ class Assembler:
             return
         if argparse_error:
             self._fatal(state, chunk, number, None, ("usage error", stripped), body)
+            return
+        if grammar.SIGQUIT.search(stripped) and "*** SIG" not in stripped:
+            # the launcher's notice pasted without SGLang's log prefix (not a signal dump's `*** SIGQUIT received at`)
+            before = self._comm.before(chunk.source, number, now)
+            self._activity(now).add_sigquit(stripped, chunk.source, number, before)
             return
         terminate = grammar.TERMINATE.search(body)
         what = grammar.WHAT.match(body)

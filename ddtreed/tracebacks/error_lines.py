@@ -11,7 +11,8 @@ the caller uses them only when nothing decisive was assembled.
 
 The live daemon does not use this: an error line without a process death is not a crash there.
 Only lines shaped like an error count (an error level, a glog E/F record, a failure that names
-its exception); a request's HTTP status line or a warning is never one.
+its exception, an exception's own `XError: …` line behind a log prefix); a request's HTTP status
+line or a warning is never one.
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ def _body(raw: str) -> tuple[str | None, str]:
     """(rank, text) of a line without ANSI colours, a container's prefix, torchrun's `[rank3]:`,
     SGLang's `[time TP0] ` prefix, nor a reporter's Markdown around it (`**…**`, backticks)."""
     line = grammar.strip_ansi(raw).strip().strip(_MARKUP)
-    container = grammar.CONTAINER_PREFIX.match(line) if line[:1] != "[" else None
-    if container:
-        line = line[container.end():].strip(_MARKUP)
+    end = grammar.container_end(line) if line[:1] != "[" else 0
+    if end:
+        line = line[end:].strip(_MARKUP)
     torchrun = grammar.TORCH_RANK_PREFIX.match(line)  # torchrun's `[rank3]:` before the line
     if torchrun:
         line = line[torchrun.end():]
@@ -78,6 +79,11 @@ def error_line(body: str) -> tuple[str | None, str] | None:
         message = level.group("message")
         named = _NAMED.search(message)
         return (named.group("type") if named else None), message
+    own = _NAMED.match(body)
+    if own and own.group("message"):
+        # An exception's own line behind a log prefix, its traceback not pasted or not printed
+        # (`[2026-… TP0] torch.OutOfMemoryError: CUDA out of memory. …`).
+        return own.group("type"), own.group("message")
     return None
 
 

@@ -61,6 +61,8 @@ KILL_EXIT_CODE = -9
 # The launcher's two wordings (`Received sigquit from a child process. It usually means …`, `SIGQUIT
 # received. …`); never the word alone (`custom_sigquit_handler=None` in every server_args line).
 SIGQUIT = re.compile(r"received sigquit|sigquit received", re.IGNORECASE)
+# The same, as plain needles (the idle scan is case-sensitive): its writers capitalise it either way.
+SIGQUIT_NEEDLES = ("eceived sigquit", "eceived SIGQUIT", "SIGQUIT received", "sigquit received", "Sigquit received")
 TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 WHAT = re.compile(r"\s*what\(\):\s+(?P<message>.*)$")
 TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]:")
@@ -74,6 +76,25 @@ CONTAINER_PREFIX = re.compile(r"(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)? 
                               r"|[\w.-]{1,40} {0,8}\| ?"
                               # FastChat's workers: `2024-05-26 14:51:19 | ERROR | stderr | `
                               r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| [A-Z]+ +\| [\w.:-]+ \| ?)")
+# Prefixes stack: a CRI record of a container whose compose service, or FastChat worker, prefixes
+# its own lines (`2026-…Z stderr F sglang-1  | …`). At most this many are taken off one line.
+CONTAINER_DEPTH = 3
+
+
+def container_end(line: str) -> int:
+    """Where the text after the container prefixes (stacked, up to CONTAINER_DEPTH) of `line`
+    starts: 0 when it has none."""
+    end = 0
+    for _ in range(CONTAINER_DEPTH):
+        match = CONTAINER_PREFIX.match(line, end)
+        if match is None or match.end() == end:
+            break
+        end = match.end()
+        if line[end:end + 1] in ("[", " ", "\t", ""):
+            break
+    return end
+
+
 # A `[rank3]:` prefix torchrun puts on every line of a rank's output.
 TORCH_RANK_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
 # A glog record of C++ code (torch's c10d, NCCL's plugins, Mooncake): `[E1201 10:15:00.000000 …`,

@@ -47,9 +47,9 @@ def _frames(lines: list[str]) -> tuple[Frame, ...]:
 def _uncontained(line: str) -> str:
     """The line a container runtime's prefix (`sglang-1  | `, CRI's `… stderr F `) carries, and
     behind torchrun's `[rank3]:` (the assembler reads the rank from it; a paste's mentions need not)."""
-    container = grammar.CONTAINER_PREFIX.match(line) if line[:1] not in ("[", " ", "\t", "") else None
-    if container:
-        line = line[container.end():]
+    end = grammar.container_end(line) if line[:1] not in ("[", " ", "\t", "") else 0
+    if end:
+        line = line[end:]
     if line.startswith("[rank"):
         torch_rank = grammar.TORCH_RANK_PREFIX.match(line)
         if torch_rank:

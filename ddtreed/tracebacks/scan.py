@@ -36,11 +36,12 @@ except ImportError:  # pragma: no cover - google-re2 is a declared dependency
 
 # What an untagged line outside a traceback must hold to have any effect (`Assembler._idle_line`
 # and `_idle_native`): a torch rank prefix, a frame, a device assert, a header, a fatal line,
-# argparse's error, a C++ abort, a milestone, or a context word (which every bare `…Error: ` /
-# `…Exception: ` line holds too).
+# argparse's error, a C++ abort, a milestone, the launcher's SIGQUIT notice, or a context word
+# (which every bare `…Error: ` / `…Exception: ` line holds too).
 IDLE_NEEDLES = ("[rank", 'File "', grammar.DEVICE_ASSERT, grammar.TRACEBACK_HEADER, *grammar.FATAL_NEEDLES,
                 ": error: ", "terminate called after throwing", *grammar.CONTEXT_WORDS,
-                *grammar.MILESTONE_NEEDLES, *grammar.COMM_NEEDLES, *grammar.KILL_NEEDLES)
+                *grammar.MILESTONE_NEEDLES, *grammar.COMM_NEEDLES, *grammar.KILL_NEEDLES,
+                *grammar.SIGQUIT_NEEDLES)
 
 
 def _alternation(needles) -> bytes:
