@@ -18,6 +18,12 @@ code (sglang/srt in 0.5.9 and 0.5.23), not of a corpus report. Where each phrasi
 - incomplete checkpoint quantization configs: srt/layers/quantization/base_config.py
   (get_from_keys), modelopt_quant.py (from_config), compressed_tensors/utils.py (find_matched_target),
   fp8.py (create_weights), w8a8_int8.py (is_layer_skipped), quark/quark.py (from_config);
+- activation dtypes a layer's kernel refuses: srt/layers/moe/fused_moe_triton/triton_kernels_moe.py
+  (`hidden_states must be bfloat16`), srt/layers/quantization/marlin_utils.py (`The params dtype must
+  be float16, but got …`), srt/layers/moe/token_dispatcher/moriep.py (`… expects BF16 activations …`);
+- fields the model's config lacks: srt/layers/sparse_pooler.py (`Config X missing required '<f>'
+  attribute`), srt/multimodal/processors/llava.py (`Required `vision_config.model_type` is not found
+  in hf_config`), srt/models/deepseek_common/deepseek_weight_loader.py, srt/models/hunyuan.py;
 - a platform package without its device: srt/utils/common.py (is_npu, get_xpu_memory_capacity).
 
 Every text goes through `ddtreed diagnose`'s own path. Near misses (a close wording that belongs
@@ -65,6 +71,15 @@ PHRASINGS = [
     ("model-load-error", traceback_text(LOAD + ["sglang/srt/layers/quantization/compressed_tensors/utils.py:find_matched_target"], "ValueError: Unable to find matching target for model.layers.3.mlp.experts.0.down_proj in the compressed-tensors config.")),
     ("model-load-error", traceback_text(LOAD + ["sglang/srt/layers/quantization/fp8.py:create_weights"], "ValueError: Found static activation scheme for checkpoint that was not serialized fp8.")),
     ("model-load-error", traceback_text(LOAD + ["sglang/srt/layers/quantization/w8a8_int8.py:is_layer_skipped"], "ValueError: Detected some but not all shards of model.layers.0.self_attn.qkv_proj are quantized. All shards of fused layers to have the same precision.")),
+    # activation-dtype-refused-by-layer
+    ("unsupported-config", traceback_text(SERVE + ["sglang/srt/models/gpt_oss.py:forward", "sglang/srt/layers/moe/fused_moe_triton/triton_kernels_moe.py:triton_kernel_fused_experts"], "AssertionError: hidden_states must be bfloat16")),
+    ("unsupported-config", traceback_text(LOAD + ["sglang/srt/layers/quantization/marlin_utils.py:create_weights"], "ValueError: The params dtype must be float16, but got torch.bfloat16")),
+    ("unsupported-config", traceback_text(SERVE + ["sglang/srt/layers/moe/token_dispatcher/moriep.py:dispatch_a"], "AssertionError: MORI EPv2 expects BF16 activations before transport quantization; hidden_states.dtype=torch.float16")),
+    # model-config-lacks-a-field
+    ("model-load-error", traceback_text(INIT + ["sglang/srt/layers/sparse_pooler.py:__init__"], "AttributeError: Config XLMRobertaConfig missing required 'vocab_size' attribute")),
+    ("model-load-error", traceback_text(INIT + ["sglang/srt/managers/tokenizer_manager.py:__init__", "sglang/srt/multimodal/processors/llava.py:__init__"], "ValueError: Required `vision_config.model_type` is not found in hf_config: `LlavaConfig`")),
+    ("model-load-error", traceback_text(INIT + ["sglang/srt/models/deepseek_common/deepseek_weight_loader.py:_initialize_nextn_conf"], "ValueError: num_nextn_predict_layers is not in the config")),
+    ("model-load-error", traceback_text(INIT + ["sglang/srt/models/hunyuan.py:get_head_dim"], "ValueError: Missing head dim config, try set head_dim in config.json")),
     # platform-device-not-visible
     ("no-gpu", traceback_text(["sglang/launch_server.py:<module>", "sglang/srt/server_args.py:__post_init__", "sglang/srt/utils/common.py:is_npu"], "RuntimeError: torch_npu detected, but NPU device is not available or visible.")),
     ("no-gpu", traceback_text(["sglang/launch_server.py:<module>", "sglang/srt/server_args.py:_handle_gpu_memory_settings", "sglang/srt/utils/common.py:get_device_memory_capacity", "sglang/srt/utils/common.py:get_xpu_memory_capacity"], "RuntimeError: torch.xpu is not available.")),
@@ -85,6 +100,12 @@ NEAR_MISSES = [
     ("model-load-error", traceback_text(LOAD + ["sglang/srt/model_loader/loader.py:_prepare_weights"], "RuntimeError: Cannot find any model weights with `/models/llama-3-8b-awq`")),
     # a quantization config that mixes schemes SGLang refuses stays a refused setup
     ("unsupported-config", traceback_text(QUANT_INIT + ["sglang/srt/layers/quantization/quark/quark.py:from_config", "sglang/srt/layers/quantization/quark/quark.py:_find_matched_config"], "ValueError: Found a different quantization configuration for ['q_proj', 'k_proj', 'v_proj'] in model.layers.0.self_attn.qkv_proj. SGLang requires all to use the same scheme.")),
+    # a scale tensor's dtype is data SGLang built, not the launch's dtype: a code bug
+    ("other", traceback_text(SERVE + ["sglang/srt/layers/moe/cutlass_moe.py:cutlass_fused_experts_fp8"], "AssertionError: MXFP8 w1_scale must be uint8")),
+    # a dtype check while a CUDA graph is captured stays the capture's failure
+    ("cuda-graph-capture-failed", "Exception: Capture cuda graph failed: mat_a must be bf16\nPossible solutions:\n1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)"),
+    # a storage backend's own config file missing keys is not the model's config
+    ("other", traceback_text(INIT + ["sglang/srt/mem_cache/storage/hf3fs/storage_hf3fs.py:from_env_config"], "ValueError: Missing required keys in config: {'file_size', 'numjobs'}")),
     # a package that is not available stays a missing dependency
     ("missing-dependency", traceback_text(INIT + ["sglang/srt/layers/moe/token_dispatcher/deepep.py:__init__"], "ImportError: DeepEP is not available. Please install DeepEP package from https://github.com/deepseek-ai/DeepEP.")),
     # no CUDA device at all stays no-gpu through the shipped rules
