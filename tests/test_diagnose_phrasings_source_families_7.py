@@ -24,6 +24,11 @@ code (sglang/srt in 0.5.9 and 0.5.23), not of a corpus report. Where each phrasi
 - fields the model's config lacks: srt/layers/sparse_pooler.py (`Config X missing required '<f>'
   attribute`), srt/multimodal/processors/llava.py (`Required `vision_config.model_type` is not found
   in hf_config`), srt/models/deepseek_common/deepseek_weight_loader.py, srt/models/hunyuan.py;
+- checks that open with a launch option's field name (ServerArgs' dataclass fields in 0.5.9 and
+  0.5.23): srt/server_args.py (`max_loaded_loras should be greater than or equal to
+  max_loras_per_batch`, `mamba_track_interval … must be greater than or equal to …`, `ep_size *
+  moe_dp_size must be less than or equal to tp_size`), srt/managers/prefill_delayer.py,
+  srt/managers/tokenizer_communicator_mixin.py (`dp_size must be 1 or dp attention must be enabled …`);
 - a platform package without its device: srt/utils/common.py (is_npu, get_xpu_memory_capacity).
 
 Every text goes through `ddtreed diagnose`'s own path. Near misses (a close wording that belongs
@@ -42,10 +47,17 @@ LOAD = INIT + ["sglang/srt/model_executor/model_runner.py:load_model", "sglang/s
 SERVE = ["sglang/srt/managers/scheduler.py:run_scheduler_process", "sglang/srt/managers/scheduler.py:event_loop_normal",
          "sglang/srt/managers/scheduler.py:run_batch", "sglang/srt/managers/tp_worker.py:forward_batch_generation",
          "sglang/srt/model_executor/model_runner.py:forward", "sglang/srt/model_executor/model_runner.py:forward_extend"]
+ARGS = ["sglang/launch_server.py:<module>", "sglang/srt/server_args.py:prepare_server_args", "sglang/srt/server_args.py:__post_init__"]
 POOL = INIT + ["sglang/srt/model_executor/model_runner.py:init_memory_pool"]
 QUANT_INIT = INIT + ["sglang/srt/configs/model_config.py:_parse_quant_hf_config"]
 
 PHRASINGS = [
+    # launch-option-named-in-a-requirement (ServerArgs' field names, raised as AssertionError)
+    ("unsupported-config", traceback_text(ARGS + ["sglang/srt/server_args.py:_handle_lora_settings"], "AssertionError: max_loaded_loras should be greater than or equal to max_loras_per_batch. max_loaded_loras=2, max_loras_per_batch=4")),
+    ("unsupported-config", traceback_text(ARGS + ["sglang/srt/server_args.py:_handle_mamba_radix_cache"], "AssertionError: mamba_track_interval 128 must be greater than or equal to speculative_num_draft_tokens 256")),
+    ("unsupported-config", "AssertionError: ep_size * moe_dp_size must be less than or equal to tp_size"),
+    ("unsupported-config", traceback_text(INIT + ["sglang/srt/managers/prefill_delayer.py:__init__"], "AssertionError: To use PrefillDelayer, enable_dp_attention must be enabled.")),
+    ("unsupported-config", traceback_text(["sglang/srt/entrypoints/http_server.py:update_weights_from_distributed", "sglang/srt/managers/tokenizer_communicator_mixin.py:init_weights_update_group"], "AssertionError: dp_size must be 1 or dp attention must be enabled for update weights from distributed")),
     # feature-needs-a-gpu-generation
     ("unsupported-config", traceback_text(POOL + ["sglang/srt/mem_cache/deepseek_v4_memory_pool.py:select_dsv4_kv_layout"], "AssertionError: the V4.1 KV cache layouts need an SM100 / SM103 GPU")),
     ("unsupported-config", traceback_text(INIT + ["sglang/srt/layers/attention/hip_flash_mla.py:resolve_hip_flashmla_backend"], "ValueError: SGLANG_HACK_FLASHMLA_BACKEND=aiter_sparse needs gfx950 (aiter's gluon sparse decode kernel); use auto or tilelang")),
@@ -106,6 +118,10 @@ NEAR_MISSES = [
     ("cuda-graph-capture-failed", "Exception: Capture cuda graph failed: mat_a must be bf16\nPossible solutions:\n1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)"),
     # a storage backend's own config file missing keys is not the model's config
     ("other", traceback_text(INIT + ["sglang/srt/mem_cache/storage/hf3fs/storage_hf3fs.py:from_env_config"], "ValueError: Missing required keys in config: {'file_size', 'numjobs'}")),
+    # an option's field name in a check that says SGLang itself went wrong stays a code bug
+    ("other", traceback_text(INIT + ["sglang/srt/lora/lora_registry.py:__init__"], "AssertionError: server_args.lora_paths should have been normalized to LoRARef objects during server initialization. Please file an issue if you see this error.")),
+    # a field name in a KV-pool shortage stays the pool's finding
+    ("kv-pool-too-small", traceback_text(POOL, "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.5")),
     # a package that is not available stays a missing dependency
     ("missing-dependency", traceback_text(INIT + ["sglang/srt/layers/moe/token_dispatcher/deepep.py:__init__"], "ImportError: DeepEP is not available. Please install DeepEP package from https://github.com/deepseek-ai/DeepEP.")),
     # no CUDA device at all stays no-gpu through the shipped rules
