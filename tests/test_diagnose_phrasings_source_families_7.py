@@ -77,6 +77,7 @@ PHRASINGS = [
     ("unsupported-config", traceback_text(LOAD + ["sglang/srt/layers/quantization/compressed_tensors/compressed_tensors.py:get_moe_method", "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w8a8_fp8_moe.py:__init__"], "ValueError: For FP8 Fused MoE layer, we require either per tensor or channelwise, dynamic per token quantization.")),
     ("unsupported-config", traceback_text(LOAD + ["sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w8a8_int8_moe.py:__init__"], "ValueError: For INT8 Fused MoE layers, we require channelwise, dynamic per token quantization. Found static input scales.")),
     ("unsupported-config", traceback_text(LOAD + ["sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_wNa16.py:__init__"], "ValueError: Marlin kernels require group quantization or channelwise quantization, but found no group size and strategy is not channelwise.")),
+    ("unsupported-config", "ValueError: For INT8 Fused MoE layers, we require channelwise, dynamic per token quantization. Found per-group weights"),  # a paste cut to its last line
     # checkpoint-quantization-config-incomplete
     ("model-load-error", traceback_text(QUANT_INIT + ["sglang/srt/layers/quantization/modelopt_quant.py:from_config"], "ValueError: Cannot find 'quant_algo' in the model's quantization config. Expected either flat format (config.json) or nested format (hf_quant_config.json).")),
     ("model-load-error", traceback_text(QUANT_INIT + ["sglang/srt/layers/quantization/awq.py:from_config", "sglang/srt/layers/quantization/base_config.py:get_from_keys"], "ValueError: Cannot find any of ['w_bit', 'bits'] in the model's quantization config.")),
@@ -92,6 +93,7 @@ PHRASINGS = [
     ("model-load-error", traceback_text(INIT + ["sglang/srt/managers/tokenizer_manager.py:__init__", "sglang/srt/multimodal/processors/llava.py:__init__"], "ValueError: Required `vision_config.model_type` is not found in hf_config: `LlavaConfig`")),
     ("model-load-error", traceback_text(INIT + ["sglang/srt/models/deepseek_common/deepseek_weight_loader.py:_initialize_nextn_conf"], "ValueError: num_nextn_predict_layers is not in the config")),
     ("model-load-error", traceback_text(INIT + ["sglang/srt/models/hunyuan.py:get_head_dim"], "ValueError: Missing head dim config, try set head_dim in config.json")),
+    ("model-load-error", "AttributeError: Config Gemma3TextConfig missing required 'hidden_size' attribute"),  # a paste cut to its last line
     # platform-device-not-visible
     ("no-gpu", traceback_text(["sglang/launch_server.py:<module>", "sglang/srt/server_args.py:__post_init__", "sglang/srt/utils/common.py:is_npu"], "RuntimeError: torch_npu detected, but NPU device is not available or visible.")),
     ("no-gpu", traceback_text(["sglang/launch_server.py:<module>", "sglang/srt/server_args.py:_handle_gpu_memory_settings", "sglang/srt/utils/common.py:get_device_memory_capacity", "sglang/srt/utils/common.py:get_xpu_memory_capacity"], "RuntimeError: torch.xpu is not available.")),
