@@ -29,6 +29,9 @@ code (sglang/srt in 0.5.9 and 0.5.23), not of a corpus report. Where each phrasi
   max_loras_per_batch`, `mamba_track_interval … must be greater than or equal to …`, `ep_size *
   moe_dp_size must be less than or equal to tp_size`), srt/managers/prefill_delayer.py,
   srt/managers/tokenizer_communicator_mixin.py (`dp_size must be 1 or dp attention must be enabled …`);
+- PD disaggregation's check that both servers lay KV out alike: srt/disaggregation/common/conn.py
+  (try_ensure_parallel_info: `Page size mismatch: prefill server has page_size=…, but decode server
+  has page_size=…. Both servers must use the same --page-size value.`, the kv_cache_dtype one);
 - a platform package without its device: srt/utils/common.py (is_npu, get_xpu_memory_capacity).
 
 Every text goes through `ddtreed diagnose`'s own path. Near misses (a close wording that belongs
@@ -48,6 +51,8 @@ SERVE = ["sglang/srt/managers/scheduler.py:run_scheduler_process", "sglang/srt/m
          "sglang/srt/managers/scheduler.py:run_batch", "sglang/srt/managers/tp_worker.py:forward_batch_generation",
          "sglang/srt/model_executor/model_runner.py:forward", "sglang/srt/model_executor/model_runner.py:forward_extend"]
 ARGS = ["sglang/launch_server.py:<module>", "sglang/srt/server_args.py:prepare_server_args", "sglang/srt/server_args.py:__post_init__"]
+PD = ["sglang/srt/managers/scheduler.py:event_loop_normal_disagg_decode", "sglang/srt/disaggregation/decode.py:pop_preallocated",
+      "sglang/srt/disaggregation/mooncake/conn.py:__init__", "sglang/srt/disaggregation/common/conn.py:try_ensure_parallel_info"]
 POOL = INIT + ["sglang/srt/model_executor/model_runner.py:init_memory_pool"]
 QUANT_INIT = INIT + ["sglang/srt/configs/model_config.py:_parse_quant_hf_config"]
 
@@ -94,6 +99,9 @@ PHRASINGS = [
     ("model-load-error", traceback_text(INIT + ["sglang/srt/models/deepseek_common/deepseek_weight_loader.py:_initialize_nextn_conf"], "ValueError: num_nextn_predict_layers is not in the config")),
     ("model-load-error", traceback_text(INIT + ["sglang/srt/models/hunyuan.py:get_head_dim"], "ValueError: Missing head dim config, try set head_dim in config.json")),
     ("model-load-error", "AttributeError: Config Gemma3TextConfig missing required 'hidden_size' attribute"),  # a paste cut to its last line
+    # prefill-and-decode-servers-differ
+    ("unsupported-config", traceback_text(PD, "RuntimeError: Page size mismatch: prefill server has page_size=64, but decode server has page_size=1. Both servers must use the same --page-size value.")),
+    ("unsupported-config", traceback_text(PD, "RuntimeError: KV cache dtype mismatch: prefill server has kv_cache_dtype=fp8_e4m3, but decode server has kv_cache_dtype=auto. Both servers must use the same --kv-cache-dtype value.")),
     # platform-device-not-visible
     ("no-gpu", traceback_text(["sglang/launch_server.py:<module>", "sglang/srt/server_args.py:__post_init__", "sglang/srt/utils/common.py:is_npu"], "RuntimeError: torch_npu detected, but NPU device is not available or visible.")),
     ("no-gpu", traceback_text(["sglang/launch_server.py:<module>", "sglang/srt/server_args.py:_handle_gpu_memory_settings", "sglang/srt/utils/common.py:get_device_memory_capacity", "sglang/srt/utils/common.py:get_xpu_memory_capacity"], "RuntimeError: torch.xpu is not available.")),
@@ -124,6 +132,8 @@ NEAR_MISSES = [
     ("other", traceback_text(INIT + ["sglang/srt/lora/lora_registry.py:__init__"], "AssertionError: server_args.lora_paths should have been normalized to LoRARef objects during server initialization. Please file an issue if you see this error.")),
     # a field name in a KV-pool shortage stays the pool's finding
     ("kv-pool-too-small", traceback_text(POOL, "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.5")),
+    # a transfer's own index-length mismatch between the two sides stays SGLang's code
+    ("other", traceback_text(PD[:2] + ["sglang/srt/disaggregation/nixl/conn.py:maybe_send_extra"], "RuntimeError: State index length mismatch: prefill=4, dst=2")),
     # a package that is not available stays a missing dependency
     ("missing-dependency", traceback_text(INIT + ["sglang/srt/layers/moe/token_dispatcher/deepep.py:__init__"], "ImportError: DeepEP is not available. Please install DeepEP package from https://github.com/deepseek-ai/DeepEP.")),
     # no CUDA device at all stays no-gpu through the shipped rules
