@@ -32,6 +32,10 @@ code (sglang/srt in 0.5.9 and 0.5.23), not of a corpus report. Where each phrasi
 - PD disaggregation's check that both servers lay KV out alike: srt/disaggregation/common/conn.py
   (try_ensure_parallel_info: `Page size mismatch: prefill server has page_size=…, but decode server
   has page_size=…. Both servers must use the same --page-size value.`, the kv_cache_dtype one);
+- HiCache's host pool not fitting in host memory: srt/mem_cache/hicache_auto_size.py (`No host memory
+  is left for HiCache after the 10 GiB reserve …`), memory_pool_host.py (0.5.9: `The host memory
+  should be larger than the device memory …`), pool_host/common.py (`Pinned host memory allocation
+  of … returned a null pointer`);
 - a platform package without its device: srt/utils/common.py (is_npu, get_xpu_memory_capacity).
 
 Every text goes through `ddtreed diagnose`'s own path. Near misses (a close wording that belongs
@@ -102,6 +106,10 @@ PHRASINGS = [
     # prefill-and-decode-servers-differ
     ("unsupported-config", traceback_text(PD, "RuntimeError: Page size mismatch: prefill server has page_size=64, but decode server has page_size=1. Both servers must use the same --page-size value.")),
     ("unsupported-config", traceback_text(PD, "RuntimeError: KV cache dtype mismatch: prefill server has kv_cache_dtype=fp8_e4m3, but decode server has kv_cache_dtype=auto. Both servers must use the same --kv-cache-dtype value.")),
+    # hierarchical-cache-host-memory-short
+    ("kv-pool-too-small", traceback_text(INIT + ["sglang/srt/mem_cache/hicache_auto_size.py:auto_size_hicache"], "ValueError: No host memory is left for HiCache after the 10 GiB reserve; set --hicache-ratio or --hicache-size explicitly.")),
+    ("kv-pool-too-small", traceback_text(INIT + ["sglang/srt/mem_cache/hiradix_cache.py:__init__", "sglang/srt/mem_cache/memory_pool_host.py:__init__"], "AssertionError: The host memory should be larger than the device memory with the current protocol")),
+    ("kv-pool-too-small", traceback_text(INIT + ["sglang/srt/mem_cache/pool_host/common.py:alloc_with_pin_memory_xpu"], "RuntimeError: Pinned host memory allocation of 96 GiB (103079215104 bytes) returned a null pointer")),
     # platform-device-not-visible
     ("no-gpu", traceback_text(["sglang/launch_server.py:<module>", "sglang/srt/server_args.py:__post_init__", "sglang/srt/utils/common.py:is_npu"], "RuntimeError: torch_npu detected, but NPU device is not available or visible.")),
     ("no-gpu", traceback_text(["sglang/launch_server.py:<module>", "sglang/srt/server_args.py:_handle_gpu_memory_settings", "sglang/srt/utils/common.py:get_device_memory_capacity", "sglang/srt/utils/common.py:get_xpu_memory_capacity"], "RuntimeError: torch.xpu is not available.")),
@@ -134,6 +142,8 @@ NEAR_MISSES = [
     ("kv-pool-too-small", traceback_text(POOL, "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.5")),
     # a transfer's own index-length mismatch between the two sides stays SGLang's code
     ("other", traceback_text(PD[:2] + ["sglang/srt/disaggregation/nixl/conn.py:maybe_send_extra"], "RuntimeError: State index length mismatch: prefill=4, dst=2")),
+    # the device running out of memory while the host pool is set up stays a GPU OOM
+    ("cuda-oom", traceback_text(INIT + ["sglang/srt/mem_cache/memory_pool_host.py:__init__"], "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 2.31 GiB is free.")),
     # a package that is not available stays a missing dependency
     ("missing-dependency", traceback_text(INIT + ["sglang/srt/layers/moe/token_dispatcher/deepep.py:__init__"], "ImportError: DeepEP is not available. Please install DeepEP package from https://github.com/deepseek-ai/DeepEP.")),
     # no CUDA device at all stays no-gpu through the shipped rules
