@@ -17,15 +17,21 @@ an SGLang server, not of a corpus report. Where each phrasing comes from:
   &nvml_device)`) through TORCH_INTERNAL_ASSERT's `… INTERNAL ASSERT FAILED at "<file>":<line>, please
   report a bug to PyTorch.`;
 - the CUDA runtime's stream-capture strings (cudaErrorStreamCaptureMerge `operation would result in
-  a merge of separate capture sequences`, …Unmatched, …Unjoined, …Isolation, …Implicit,
-  …WrongThread, …Invalidated) and the driver API's CUDA_ERROR_STREAM_CAPTURE_* names;
+  a merge of separate capture sequences`, …Unmatched, …Isolation, …Implicit, …WrongThread)
+  and the driver API's CUDA_ERROR_STREAM_CAPTURE_* names; the invalidated capture's and the
+  capture-unsupported strings only as Triton's driver reports them;
 - huggingface_hub: file_download.py's _raise_on_head_call_error (`An error happened while trying to
   locate the file on the Hub and we cannot find the requested files in the local cache. …`, `Cannot
   find the requested files in the disk cache and outgoing traffic has been disabled. …`),
   _snapshot_download.py (`Cannot find an appropriate cached snapshot folder for the specified
   revision on the local disk and outgoing traffic has been disabled. …`), utils/_http.py's
   OfflineAdapter (`Cannot reach {url}: offline mode is enabled. To disable it, please unset the
-  `HF_HUB_OFFLINE` environment variable.`), and the error classes of errors.py.
+  `HF_HUB_OFFLINE` environment variable.`), and the error classes of errors.py;
+- FlashInfer's flashinfer::Error (include/flashinfer/exception.h: `Error in function '<f>' at
+  <file>:<line>: <message>`) with the messages of csrc/trtllm_fmha_kernel_launcher.cu (`Missing
+  TRTLLM-GEN kernel (decode): <kernel info>`), csrc/trtllm_batched_gemm_runner.cu (`No kernel found
+  for the given options: mDtypeA: …`) and include/flashinfer/attention/scheduler.cuh
+  (`PrefillPlanInfo::FromVector: vec.size() should be 15, but got …`).
 
 Every text goes through `ddtreed diagnose`'s own path. Near misses (a close wording that belongs
 elsewhere) get the same category with and without the new file. None of the phrasings is a corpus
@@ -60,6 +66,12 @@ HUB = LOAD + ["huggingface_hub/utils/_validators.py:_inner_fn", "huggingface_hub
 # SGLang's start-up reaching the hub directly (an optional file such as a quantization config)
 DIRECT = INIT + ["huggingface_hub/utils/_validators.py:_inner_fn", "huggingface_hub/file_download.py:hf_hub_download",
                  "huggingface_hub/file_download.py:_hf_hub_download_to_cache_dir", "huggingface_hub/file_download.py:_raise_on_head_call_error"]
+FI_ATTN = SCHED + ["sglang/srt/layers/attention/trtllm_mla_backend.py:forward_decode", "flashinfer/decode.py:trtllm_batch_decode_with_kv_cache_mla",
+                   "tvm_ffi/cython/function.pxi:core.Function.__call__"]
+FI_MOE = SCHED + ["sglang/srt/layers/moe/fused_moe_triton/layer.py:forward", "flashinfer/fused_moe/core.py:trtllm_fp4_block_scale_moe",
+                  "tvm_ffi/cython/function.pxi:core.Function.__call__"]
+FI_PREFILL = SCHED + ["sglang/srt/layers/attention/flashinfer_backend.py:forward_extend", "flashinfer/prefill.py:run",
+                      "tvm_ffi/cython/function.pxi:core.Function.__call__"]
 CONFIG = INIT + ["sglang/srt/configs/model_config.py:__init__", "sglang/srt/utils/hf_transformers_utils.py:get_config",
                  "transformers/models/auto/configuration_auto.py:from_pretrained", "huggingface_hub/file_download.py:hf_hub_download"]
 NCCL_CUDA = ("torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, "
@@ -101,9 +113,19 @@ PHRASINGS = [
     ("model-load-error", traceback_text(DIRECT[:-1] + ["huggingface_hub/file_download.py:_get_metadata_or_catch_error"], "huggingface_hub.errors.DisabledRepoError: Access to this resource is disabled.")),
     ("model-load-error", traceback_text(INIT + ["huggingface_hub/utils/_validators.py:_inner_fn", "huggingface_hub/utils/_validators.py:validate_repo_id"], "huggingface_hub.errors.HFValidationError: Repo id must use alphanumeric chars or '-', '_', '.', '--' and '..' are forbidden, '-' and '.' cannot start or end the name, max length is 96: '/models/my model'.")),
     ("model-load-error", traceback_text(CONFIG, "huggingface_hub.errors.EntryNotFoundError: 404 Client Error. (Request ID: Root=1-6650a1b2-0c1d2e3f4a5b6c7d8e9f0a1b)\n\nEntry Not Found for url: https://huggingface.co/org/model/resolve/main/preprocessor_config.json.")),
+    # kernel-library-ships-no-kernel-for-these-options
+    ("unsupported-config", traceback_text(FI_ATTN, "RuntimeError: Error in function 'trtllm_paged_attention_launcher' at /workspace/csrc/trtllm_fmha_kernel_launcher.cu:320: Missing TRTLLM-GEN kernel (decode): qkvLayout=2, maskType=0, kernelType=2, tileScheduler=0, multiCtasKvMode=1, headDimPerCtaV=512, headDimQk=576, headDimV=512, tileSizeKv=128, numTokensPerPage=64, maxNumHeadsQPerKvInCta=128, reuseSmemKForV=0, uses2CtaMma=0")),
+    ("unsupported-config", traceback_text(FI_MOE, "RuntimeError: Error in function 'getValidConfigIndices' at /workspace/csrc/trtllm_batched_gemm_runner.cu:231: No kernel found for the given options: mDtypeA: E2m1, mDtypeB: E4m3, mDtypeC: Bfloat16, mUseDeepSeekFp8: 0, mActType: 0, mEltwiseActType: 0, mTransposeMmaOutput: 1, mRouteAct: 1, mFusedAct: 1, mIsStaticBatch: 0, mTileSize: 8")),
+    # kernel-library-plan-layout-mismatch
+    ("kernel-compile-error", traceback_text(FI_PREFILL, "RuntimeError: Error in function 'FromVector' at /usr/local/lib/python3.12/dist-packages/flashinfer/data/include/flashinfer/attention/scheduler.cuh:743: PrefillPlanInfo::FromVector: vec.size() should be 15, but got 14")),
+    ("kernel-compile-error", traceback_text(FI_ATTN, "RuntimeError: Error in function 'FromVector' at /root/.cache/flashinfer/0.4.1/90/generated/batch_mla/scheduler.cuh:1090: MLAPlanInfo::FromVector: vec.size() should be 18, but got 16")),
 ]
 
 NEAR_MISSES = [
+    # a trtllm-gen backend with no cubins for this GPU at all stays a kernel that does not run here
+    ("kernel-compile-error", traceback_text(FI_MOE, "RuntimeError: Error in function 'TrtllmGenBatchedGemmRunner' at /workspace/csrc/trtllm_batched_gemm_runner.cu:219: The trtllm-gen batched GEMM cubin manifest contains no kernels runnable on sm120; this backend currently ships cubins for sm100, sm103 and sm107.")),
+    # FlashInfer's workspace running out stays an out-of-memory
+    ("cuda-oom", traceback_text(FI_PREFILL, "RuntimeError: Error in function 'aligned_alloc' at /usr/local/lib/python3.12/dist-packages/flashinfer/data/include/flashinfer/allocator.h:49: Buffer overflow when allocating memory for batch_prefill_tmp_v with size 1409286144 and alignment 16, but only 268435456 bytes available in AlignedAllocator. Increase the workspace buffer size.")),
     # a second active Triton backend is no missing driver
     ("kernel-compile-error", traceback_text(TRITON_LOAD, "RuntimeError: 2 active drivers ([<triton.backends.nvidia.driver.CudaDriver object at 0x7f2c>, <triton.backends.amd.driver.HIPDriver object at 0x7f2d>]). There should only be one.")),
     # NVML's own failure outside the allocator's report stays a driver problem
