@@ -31,7 +31,12 @@ an SGLang server, not of a corpus report. Where each phrasing comes from:
   <file>:<line>: <message>`) with the messages of csrc/trtllm_fmha_kernel_launcher.cu (`Missing
   TRTLLM-GEN kernel (decode): <kernel info>`), csrc/trtllm_batched_gemm_runner.cu (`No kernel found
   for the given options: mDtypeA: …`) and include/flashinfer/attention/scheduler.cuh
-  (`PrefillPlanInfo::FromVector: vec.size() should be 15, but got …`).
+  (`PrefillPlanInfo::FromVector: vec.size() should be 15, but got …`);
+- torch's cuDNN checks (torch/backends/cudnn/__init__.py _init: `cuDNN version incompatibility:
+  PyTorch was compiled  against … but found runtime version …`, with its two spaces, and `cuDNN
+  version N is not compatible with devices with SM < 7.5. …`) and cuDNN's status enum
+  (CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED, …_SUBLIBRARY_VERSION_MISMATCH, …_VERSION_MISMATCH,
+  …_NOT_SUPPORTED_ARCH_MISMATCH) as torch's `cuDNN error: <status>` prints it.
 
 Every text goes through `ddtreed diagnose`'s own path. Near misses (a close wording that belongs
 elsewhere) get the same category with and without the new file. None of the phrasings is a corpus
@@ -72,6 +77,8 @@ FI_MOE = SCHED + ["sglang/srt/layers/moe/fused_moe_triton/layer.py:forward", "fl
                   "tvm_ffi/cython/function.pxi:core.Function.__call__"]
 FI_PREFILL = SCHED + ["sglang/srt/layers/attention/flashinfer_backend.py:forward_extend", "flashinfer/prefill.py:run",
                       "tvm_ffi/cython/function.pxi:core.Function.__call__"]
+VISION = SCHED + ["sglang/srt/models/qwen2_5_vl.py:forward", "sglang/srt/models/qwen2_5_vl.py:get_image_feature",
+                  "torch/nn/modules/conv.py:forward", "torch/nn/modules/conv.py:_conv_forward"]
 CONFIG = INIT + ["sglang/srt/configs/model_config.py:__init__", "sglang/srt/utils/hf_transformers_utils.py:get_config",
                  "transformers/models/auto/configuration_auto.py:from_pretrained", "huggingface_hub/file_download.py:hf_hub_download"]
 NCCL_CUDA = ("torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, "
@@ -119,9 +126,20 @@ PHRASINGS = [
     # kernel-library-plan-layout-mismatch
     ("kernel-compile-error", traceback_text(FI_PREFILL, "RuntimeError: Error in function 'FromVector' at /usr/local/lib/python3.12/dist-packages/flashinfer/data/include/flashinfer/attention/scheduler.cuh:743: PrefillPlanInfo::FromVector: vec.size() should be 15, but got 14")),
     ("kernel-compile-error", traceback_text(FI_ATTN, "RuntimeError: Error in function 'FromVector' at /root/.cache/flashinfer/0.4.1/90/generated/batch_mla/scheduler.cuh:1090: MLAPlanInfo::FromVector: vec.size() should be 18, but got 16")),
+    # cudnn-libraries-do-not-match
+    ("missing-dependency", traceback_text(VISION + ["torch/backends/cudnn/__init__.py:_init"], "RuntimeError: cuDNN version incompatibility: PyTorch was compiled  against (9, 10, 2) but found runtime version (9, 1, 0). PyTorch already comes bundled with cuDNN. One option to resolving this error is to ensure PyTorch can find the bundled cuDNN. Looks like your LD_LIBRARY_PATH contains incompatible version of cudnn. Please either remove it from the path or install cudnn (9, 10, 2)")),
+    ("missing-dependency", traceback_text(VISION, "RuntimeError: cuDNN error: CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED")),
+    ("missing-dependency", traceback_text(VISION, "RuntimeError: cuDNN error: CUDNN_STATUS_VERSION_MISMATCH")),
+    # cudnn-build-refuses-this-gpu
+    ("kernel-compile-error", traceback_text(VISION + ["torch/backends/cudnn/__init__.py:_init"], "RuntimeError: cuDNN version 91002 is not compatible with devices with SM < 7.5. Please install a version of PyTorch with a compatible cuDNN version. https://github.com/pytorch/pytorch/blob/main/RELEASE.md#release-compatibility-matrix")),
+    ("kernel-compile-error", traceback_text(VISION, "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH")),
 ]
 
 NEAR_MISSES = [
+    # a cuDNN kernel that faulted stays a kernel fault
+    ("illegal-memory-access", traceback_text(VISION, "RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED")),
+    # cuDNN failing to allocate stays an out-of-memory
+    ("cuda-oom", traceback_text(VISION, "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED")),
     # a trtllm-gen backend with no cubins for this GPU at all stays a kernel that does not run here
     ("kernel-compile-error", traceback_text(FI_MOE, "RuntimeError: Error in function 'TrtllmGenBatchedGemmRunner' at /workspace/csrc/trtllm_batched_gemm_runner.cu:219: The trtllm-gen batched GEMM cubin manifest contains no kernels runnable on sm120; this backend currently ships cubins for sm100, sm103 and sm107.")),
     # FlashInfer's workspace running out stays an out-of-memory
