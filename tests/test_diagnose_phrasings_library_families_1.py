@@ -36,7 +36,13 @@ an SGLang server, not of a corpus report. Where each phrasing comes from:
   PyTorch was compiled  against … but found runtime version …`, with its two spaces, and `cuDNN
   version N is not compatible with devices with SM < 7.5. …`) and cuDNN's status enum
   (CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED, …_SUBLIBRARY_VERSION_MISMATCH, …_VERSION_MISMATCH,
-  …_NOT_SUPPORTED_ARCH_MISMATCH) as torch's `cuDNN error: <status>` prints it.
+  …_NOT_SUPPORTED_ARCH_MISMATCH) as torch's `cuDNN error: <status>` prints it;
+- Mooncake's transfer engine, through glog (`E<mmdd> <time> <tid> <file>:<line>] <message>`):
+  src/transfer_engine_impl.cpp (`Transfer engine cannot be initialized: cannot allocate local
+  segment`, `Failed to install RDMA transport`) and the transports' install()
+  (`EfaTransport: cannot initialize EFA resources`, `RdmaTransport: cannot initialize RDMA
+  resources`); its RPC layer's `RDMA initialization failed: …`, followed by a TCP fallback, is a
+  near miss.
 
 Every text goes through `ddtreed diagnose`'s own path. Near misses (a close wording that belongs
 elsewhere) get the same category with and without the new file. None of the phrasings is a corpus
@@ -133,9 +139,15 @@ PHRASINGS = [
     # cudnn-build-refuses-this-gpu
     ("kernel-compile-error", traceback_text(VISION + ["torch/backends/cudnn/__init__.py:_init"], "RuntimeError: cuDNN version 91002 is not compatible with devices with SM < 7.5. Please install a version of PyTorch with a compatible cuDNN version. https://github.com/pytorch/pytorch/blob/main/RELEASE.md#release-compatibility-matrix")),
     ("kernel-compile-error", traceback_text(VISION, "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH")),
+    # transfer-engine-could-not-set-up-a-transport
+    ("nccl-error", "E1203 05:11:12.123456 48211 transfer_engine_impl.cpp:142] Transfer engine cannot be initialized: cannot allocate local segment"),
+    ("nccl-error", "I1203 05:11:12.001200 48211 transfer_engine_impl.cpp:371] Installing RDMA transport\nE1203 05:11:12.123456 48211 transfer_engine_impl.cpp:384] Failed to install RDMA transport"),
+    ("nccl-error", "E1203 05:11:12.123456 48211 efa_transport.cpp:208] EfaTransport: cannot initialize EFA resources"),
 ]
 
 NEAR_MISSES = [
+    # Mooncake's RPC layer falls back to TCP when RDMA does not start: no failure, no category
+    ("unknown", "E1203 05:11:12.123456 48211 rpc_communicator.cpp:92] RDMA initialization failed: No RDMA devices found"),
     # a cuDNN kernel that faulted stays a kernel fault
     ("illegal-memory-access", traceback_text(VISION, "RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED")),
     # cuDNN failing to allocate stays an out-of-memory
