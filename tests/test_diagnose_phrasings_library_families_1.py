@@ -5,7 +5,8 @@ an SGLang server, not of a corpus report. Where each phrasing comes from:
 - the CUDA runtime's cudaGetErrorString table (cudaErrorStubLibrary `CUDA driver is a stub library`,
   cudaErrorCallRequiresNewerDriver, cudaErrorStartupFailure, cudaErrorDeviceNotLicensed,
   cudaErrorDeviceAlreadyInUse, the cudaErrorMps* strings, cudaErrorInitializationError
-  `initialization error`) as torch (`CUDA error: <string>`, c10/cuda/CUDAException.h), Triton's
+  `initialization error`; HIP's hipGetErrorString for hipErrorInsufficientDriver `driver version is
+  insufficient for runtime version`) as torch (`CUDA error: <string>`, c10/cuda/CUDAException.h), Triton's
   driver (`Triton Error [CUDA]: <string>`, third_party/nvidia/backend/driver.c) and NCCL's CUDACHECK
   (`Cuda failure '<string>'`, src/include/checks.h) print them;
 - Triton's driver loading: triton/backends/nvidia/driver.py libcuda_dirs() (`libcuda.so cannot
@@ -101,6 +102,7 @@ PHRASINGS = [
     ("no-gpu", traceback_text(TRITON_RUN, "RuntimeError: Triton Error [CUDA]: initialization error")),
     ("no-gpu", traceback_text(DIST, NCCL_CUDA + "Cuda failure 'initialization error'")),
     ("no-gpu", traceback_text(INIT, "RuntimeError: CUDA error: device doesn't have valid Grid license" + TORCH_TAIL)),
+    ("no-gpu", traceback_text(INIT, "RuntimeError: HIP error: driver version is insufficient for runtime version\nHIP kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing AMD_SERIALIZE_KERNEL=3")),
     # triton-finds-no-gpu-driver
     ("no-gpu", traceback_text(SCHED + ["triton/runtime/jit.py:run", "triton/backends/nvidia/driver.py:__init__", "triton/backends/nvidia/driver.py:library_dirs",
                                        "triton/backends/nvidia/driver.py:libcuda_dirs"],
