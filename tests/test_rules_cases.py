@@ -76,6 +76,10 @@ def test_every_rule_has_a_case(rules):
     # The router's start-up wait for workers (INFO/ERROR lines, no traceback): diagnose's paste path reads
     # them (tests/test_diagnose_phrasings_source_families_4.py).
     covered.add("router-waited-for-worker-startup")
+    # Mooncake's transfer engine's glog lines (a live log carries SGLang's own traceback after them, which
+    # pd-transfer-engine-failed reads): diagnose's paste path reads them
+    # (tests/test_diagnose_phrasings_library_families_1.py).
+    covered.add("transfer-engine-could-not-set-up-a-transport")
     # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
     from ddtreed.cli.diagnose_cmd import diagnose_lines
 
