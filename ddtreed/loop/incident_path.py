@@ -220,9 +220,7 @@ def service_name(loop: Loop) -> str:
 
 def observed(loop: Loop, crashes: tuple[Crash, ...]) -> bool:
     """Crash text read while the service lives is a crash only once the service confirms it: it
-    exits within OBSERVE_SETTLE_S (or
-    is in its exit: every thread of its main process in the kernel's `do_exit`, which none leaves;
-    `ServiceRun.exiting`), or then fails a health probe. The text alone never decides: the
+    exits within OBSERVE_SETTLE_S, or then fails a health probe. The text alone never decides: the
     lines a dying service prints are the same lines its own code logs when a user's prompt quotes a
     crash report (a request logger writing the prompt as-is, its continuation lines unprefixed), or
     a web framework logs for a handled request error, whatever rule or rank prefix they name. A
@@ -230,13 +228,12 @@ def observed(loop: Loop, crashes: tuple[Crash, ...]) -> bool:
     (a hang, a dead scheduler behind a live launcher). Unconfirmed, the text becomes an `observed`
     incident and nothing is stopped or restarted."""
     lost_member = getattr(loop.service, "lost_member", lambda: False)  # a process of its session gone
-    exiting = getattr(loop.service, "exiting", lambda: False)  # every thread in the kernel's exit: ending
-    exited = lambda: loop.service.poll() is not None or exiting()  # noqa: E731
-    if exited() or lost_member():
+    if loop.service.poll() is not None or lost_member():
         return False
     # Diagnosed now, while the service (if it is dying) exits: the incident's own diagnosis of the
     # same crashes (handle_crash) is this one (RuleSet keeps its last), not a second pass after.
     diagnosis = loop.rules.diagnose(without_echoes(crashes) or crashes, loop.context)
+    exited = lambda: loop.service.poll() is not None  # noqa: E731
     until_exit = getattr(loop.service, "sleep_until_exit", None)  # its pidfd: the exit ends the slice
     deadline, slices = loop.clock.monotonic() + OBSERVE_SETTLE_S, 0
     while not exited() and (left := deadline - loop.clock.monotonic()) > 0:

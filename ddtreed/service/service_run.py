@@ -31,8 +31,6 @@ DRAIN_QUIET_S = 0.2  # after the service exits, its logs are complete once this 
 DRAIN_MAX_S = 3.0  # ...or after this long at most (a remote tail can lag)
 MEMBERS_EVERY_S = 5.0  # a serving local service's session is listed this often (one /proc pass)...
 MEMBERS_FIRST_S = 1.0  # ...the second time this soon after the first (its members known early)
-EXITING_SETTLE_S = 1.0  # a main process in the kernel's exit gets this long to finish it before the stop
-EXITING_SLICE_S = 0.01  # ...looked at this often where no pidfd ends the wait at the exit
 LOST_MEMBER_S = 30.0  # a process that left the session this long ago no longer confirms crash text
 
 
@@ -173,18 +171,6 @@ class ServiceRun:
             return False
         return any(now - at < LOST_MEMBER_S for at in self._lost.values()) or bool(self._stable - current)
 
-    def exiting(self) -> bool:
-        """The service's main process is ending: every thread of it in the kernel's exit, which
-        it never leaves, though the exit is not over (its memory and descriptors torn down, the
-        pidfd readable, waitpid answering). Crash text is confirmed by this as by the exit
-        itself, without waiting for the teardown. False where it cannot be told (a remote host,
-        a host without `process_exiting`, the fake hosts of the tests)."""
-        process = self.supervisor.process
-        exiting = getattr(self.host, "process_exiting", None)
-        if process is None or exiting is None or not getattr(self.host, "local", False):
-            return False
-        return exiting(process.pid)
-
     def poll(self) -> ExitStatus | None:
         """The service's exit status once it ended. No waitpid when the last wait polled its
         pidfd and found it running (the follower's `wake_quiet`): an exit after that poll wakes
@@ -259,17 +245,7 @@ class ServiceRun:
         if final:
             self._turning.interruptible = False
             self.supervisor.release_timeout_s = 0.0
-        elif self.exiting():  # its crash confirmed while the kernel tore it down: let that exit end
-            self._await_exit(EXITING_SETTLE_S)  # (its own status, not our SIGTERM, as before)
         return self.supervisor.stop(reason, drain=drain, settle_s=settle_s)
-
-    def _await_exit(self, seconds: float) -> None:
-        """Until the main process exited (its pidfd readable), `seconds` at most, in slices."""
-        process = self.supervisor.process
-        for _ in range(max(1, int(seconds / EXITING_SLICE_S))):
-            if process is None or process.poll() is not None:
-                return
-            self.sleep_until_exit(EXITING_SLICE_S)
 
     def close(self) -> None:
         """Stop following the logs (the follower object stays, closed, for whoever inspects it)."""
