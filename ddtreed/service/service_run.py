@@ -59,6 +59,7 @@ class ServiceRun:
         self._members: set[int] = set()  # the serving session's processes at the last listing
         self._stable: set[int] = set()  # ...and those in the two last listings: its members
         self._members_at = float("-inf")
+        self._listing_deferred = False  # a listing due on a crash's turn waits for the next turn
         self._lost: dict[int, float] = {}  # processes that left the session since: pid -> when seen gone
 
     @property
@@ -132,10 +133,18 @@ class ServiceRun:
             if self.serving is not None:
                 self.serving_events += self.serving.feed(chunk)
         self._newest.add(chunks)
+        groups = self.assembler.take(self.clock.time())
         if self.serving is not None and self.clock.monotonic() - self._members_at >= (
                 MEMBERS_EVERY_S if self._stable else MEMBERS_FIRST_S):
-            self._list_members()
-        return self.assembler.take(self.clock.time())
+            # Not on the turn that read a crash (once: the next turn lists, crash or not): its
+            # `lost_member()` makes its own pass against the earlier listings' members at once,
+            # so a second /proc pass here would only delay the incident.
+            if groups and not self._listing_deferred:
+                self._listing_deferred = True
+            else:
+                self._listing_deferred = False
+                self._list_members()
+        return groups
 
     def _session(self) -> set[int] | None:
         """The session's live processes now (local host: one /proc pass); None where not known."""
