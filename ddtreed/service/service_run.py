@@ -134,7 +134,9 @@ class ServiceRun:
                 self.serving_events += self.serving.feed(chunk)
         self._newest.add(chunks)
         groups = self.assembler.take(self.clock.time())
-        if self.serving is not None and self.clock.monotonic() - self._members_at >= (
+        # Listed from the ready line on (not only once serving is verified): a member lost in the
+        # first second of serving is then known as one (device run r15b: a detokenizer killed then).
+        if (self.serving is not None or self.milestones.ready) and self.clock.monotonic() - self._members_at >= (
                 MEMBERS_EVERY_S if self._stable else MEMBERS_FIRST_S):
             # Not on the turn that read a crash (once: the next turn lists, crash or not): its
             # `lost_member()` makes its own pass against the earlier listings' members at once,
@@ -154,7 +156,7 @@ class ServiceRun:
         return set(self.host.session_pids(process.pid))
 
     def _list_members(self) -> None:
-        """Every MEMBERS_EVERY_S while serving: a process listed twice in a row is a member (a
+        """Every MEMBERS_EVERY_S from the ready line on: a process listed twice in a row is a member (a
         scheduler, the detokenizer; not a compiler run that came and went); one that left the
         session is remembered for LOST_MEMBER_S."""
         current, now = self._session(), self.clock.monotonic()
@@ -172,7 +174,7 @@ class ServiceRun:
         """A member of the serving service's session (a rank's scheduler, the detokenizer) has left
         it: what a real crash does within milliseconds of its text (SGLang's failing child exits,
         though 0.5.16's launcher lingers after its SIGQUIT), and what a prompt that quotes a crash
-        report never does. False where it cannot be told (remote host, not serving for two listings)."""
+        report never does. False where it cannot be told (remote host, not ready for two listings)."""
         if not self._stable and not self._lost:
             return False
         current, now = self._session(), self.clock.monotonic()
