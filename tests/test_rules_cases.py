@@ -80,6 +80,10 @@ def test_every_rule_has_a_case(rules):
     # pd-transfer-engine-failed reads): diagnose's paste path reads them
     # (tests/test_diagnose_phrasings_library_families_1.py).
     covered.add("transfer-engine-could-not-set-up-a-transport")
+    # Wordings read where a live log has SGLang's traceback and the exception instead (sglang-code-bug,
+    # or a bare AssertionError): a report's own words or a one-line paste, which diagnose's paste path
+    # reads (tests/test_diagnose_phrasings_source_families_8.py).
+    covered |= {"python-list-index-out-of-range", "triton-kernel-tile-leaves-no-stage"}
     # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
     from ddtreed.cli.diagnose_cmd import diagnose_lines
 
