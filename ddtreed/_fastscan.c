@@ -12,9 +12,10 @@
  *
  * fields(block, spans) -> list of (accept, graph) bytes, what `findall` of
  *   `_EVERY_DECODE_BYTES` gives around the spans: (b"", b"") for a line not in that form.
- * summary(block, spans) -> None when some decode line is not in that form, else
+ * summary(block, spans[, low_of]) -> None when some decode line is not in that form, else
  *   (accepts, false_lines): each line's accept length as printed (b"" where it has none) and the
- *   count of `cuda graph: False` lines.
+ *   count of `cuda graph: False` lines; with low_of (a mapping of accept length to 0 or 1) a
+ *   third item, bytes: low_of[accept] of each non-empty accept, in order.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -107,13 +108,27 @@ static PyObject *accept_object(const char *a0, const char *a1) {
     return PyBytes_FromStringAndSize(a0, a1 - a0);
 }
 
+/* The first mark in [p, end): its "D" found with memchr (rare in a log line but for the mark), the
+ * rest compared; faster than memmem here, where most lines of a block are decode lines. */
+static const char *find_mark(const char *p, const char *end) {
+    while (end - p >= (Py_ssize_t)MARK_LEN) {
+        const char *at = memchr(p, 'D', (size_t)(end - p) - (MARK_LEN - 1));
+        if (at == NULL)
+            return NULL;
+        if (memcmp(at + 1, MARK + 1, MARK_LEN - 1) == 0)
+            return at;
+        p = at + 1;
+    }
+    return NULL;
+}
+
 /* Read [lo, hi) of data. mode 0: append (accept, graph) tuples to out; mode 1: append accepts
  * and count false lines; returns -1 on error, 1 when a non-strict line was met in mode 1, else 0. */
 static int read_range(const char *data, Py_ssize_t lo, Py_ssize_t hi, int mode, PyObject *out,
                       Py_ssize_t *false_lines) {
     const char *p = data + lo, *end = data + hi;
     while (end - p >= (Py_ssize_t)MARK_LEN) {
-        const char *at = memmem(p, (size_t)(end - p), MARK, MARK_LEN);
+        const char *at = find_mark(p, end);
         if (at == NULL)
             break;
         cursor c = {at + MARK_LEN, end};
@@ -204,9 +219,44 @@ static PyObject *fastscan_fields(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* low_of[accept] (0 or 1) of each non-empty accept, in order, as bytes: what
+ * `bytes(map(low_of.__getitem__, values))` gives (a dict subclass's __missing__ is called). */
+static PyObject *low_flags(PyObject *accepts, PyObject *low_of) {
+    Py_ssize_t count = PyList_GET_SIZE(accepts), used = 0;
+    PyObject *low = PyBytes_FromStringAndSize(NULL, count);
+    if (low == NULL)
+        return NULL;
+    char *flags = PyBytes_AS_STRING(low);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *accept = PyList_GET_ITEM(accepts, i);
+        if (PyBytes_GET_SIZE(accept) == 0)
+            continue;
+        PyObject *flag = PyObject_GetItem(low_of, accept);
+        if (flag == NULL) {
+            Py_DECREF(low);
+            return NULL;
+        }
+        long value = PyLong_AsLong(flag);
+        Py_DECREF(flag);
+        if (value == -1 && PyErr_Occurred()) {
+            Py_DECREF(low);
+            return NULL;
+        }
+        if (value < 0 || value > 255) {
+            Py_DECREF(low);
+            PyErr_SetString(PyExc_ValueError, "low_of must map an accept length to 0 or 1");
+            return NULL;
+        }
+        flags[used++] = (char)value;
+    }
+    if (_PyBytes_Resize(&low, used) < 0)
+        return NULL;
+    return low;
+}
+
 static PyObject *fastscan_summary(PyObject *self, PyObject *args) {
-    PyObject *block, *spans;
-    if (!PyArg_ParseTuple(args, "SO:summary", &block, &spans))
+    PyObject *block, *spans, *low_of = Py_None;
+    if (!PyArg_ParseTuple(args, "SO|O:summary", &block, &spans, &low_of))
         return NULL;
     PyObject *out = PyList_New(0);
     if (out == NULL)
@@ -221,14 +271,22 @@ static PyObject *fastscan_summary(PyObject *self, PyObject *args) {
         Py_DECREF(out);
         Py_RETURN_NONE;
     }
-    return Py_BuildValue("(Nn)", out, false_lines);
+    if (low_of == Py_None)
+        return Py_BuildValue("(Nn)", out, false_lines);
+    PyObject *low = low_flags(out, low_of);
+    if (low == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return Py_BuildValue("(NnN)", out, false_lines, low);
 }
 
 static PyMethodDef methods[] = {
     {"fields", fastscan_fields, METH_VARARGS,
      "fields(block, spans) -> [(accept, graph)]: findall of the strict decode form around spans"},
     {"summary", fastscan_summary, METH_VARARGS,
-     "summary(block, spans) -> (accepts, false_lines), or None when a decode line is not strict"},
+     "summary(block, spans[, low_of]) -> (accepts, false_lines[, low]), or None when a decode line is "
+     "not strict"},
     {NULL, NULL, 0, NULL},
 };
 

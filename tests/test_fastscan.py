@@ -49,7 +49,14 @@ def check(block: bytes, spans=()) -> list:
     spans = list(spans)
     want = reference(block, spans)
     assert _fastscan.fields(block, spans) == want
-    assert _fastscan.summary(block, spans) == digest(want)
+    got = digest(want)
+    assert _fastscan.summary(block, spans) == got
+    low_of = serving._LowOf(2.5)
+    with_low = _fastscan.summary(block, spans, low_of)
+    if got is None:
+        assert with_low is None
+    else:
+        assert with_low == (*got, bytes(map(serving._LowOf(2.5).__getitem__, [a for a in got[0] if a])))
     return want
 
 
@@ -97,6 +104,10 @@ def test_bad_arguments_are_a_clear_error():
         _fastscan.summary(LINE, [(1, 2, 3)])
     with pytest.raises(TypeError, match="spans"):
         _fastscan.summary(LINE, 5)
+    with pytest.raises(ValueError, match="0 or 1"):
+        _fastscan.summary(LINE, [], {b"4.97": 300})
+    with pytest.raises(KeyError):
+        _fastscan.summary(LINE, [], {})
 
 
 _pieces = st.sampled_from([

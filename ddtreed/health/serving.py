@@ -306,11 +306,13 @@ class ServingWatch:
         if block is not None:
             # not in the long lines the assembler knows
             spans = self.clean_lines.spans(block) if self.clean_lines is not None else ()
-            if _NATIVE is not None:  # the same reading in C: (accepts, false lines), None if not strict
-                read = _NATIVE.summary(block, spans)
+            if _NATIVE is not None:  # the same reading in C: (accepts, false lines[, low]), None if not strict
+                read = _NATIVE.summary(block, spans, self._low_table()) if self.baseline \
+                    else _NATIVE.summary(block, spans)
                 if read is None:
                     return self._feed_lines(chunk.text or "\n".join(chunk.lines))
-                return self._feed_fields(block, read[0], read[1]) if read[0] else []
+                return self._feed_fields(block, read[0], read[1], read[2] if self.baseline else None) \
+                    if read[0] else []
             # one per mark: no count of them first
             fields = _findall_outside(_EVERY_DECODE_BYTES, block, spans)
             if not fields:
@@ -344,8 +346,17 @@ class ServingWatch:
             at = text.find(_DECODE_MARK, end)
         return events
 
+    def _low_table(self) -> _LowOf:
+        """The accept lengths as printed -> 1 where low, for the current baseline's threshold."""
+        threshold = self.baseline * self.settings.collapse_fraction if self.baseline else float("nan")
+        if self._low_of.threshold != threshold:
+            self._low_of = _LowOf(threshold)
+        elif len(self._low_of) > _LOW_OF_MAX:
+            self._low_of.clear()
+        return self._low_of
+
     def _feed_fields(self, text: str | bytes, accepts: Sequence[str | bytes],
-                     false_lines: int) -> list[ServingEvent]:
+                     false_lines: int, low: bytes | None = None) -> list[ServingEvent]:
         """`accepts`: accept len (or empty) of each decode line of `text` (or bytes), in order,
         every one of them a `_STRICT_DECODE` line; `false_lines` of them print `cuda graph: False`,
         the others `True`. Does what `_decode` on each line in turn does.
@@ -374,12 +385,8 @@ class ServingWatch:
         self.decode_accept = float(values[-1])
         if not self.baseline:
             return events
-        threshold = self.baseline * self.settings.collapse_fraction
-        if self._low_of.threshold != threshold:
-            self._low_of = _LowOf(threshold)
-        elif len(self._low_of) > _LOW_OF_MAX:
-            self._low_of.clear()
-        low = bytes(map(self._low_of.__getitem__, values))  # 1 where the line's accept length is low
+        if low is None:  # 1 where the line's accept length is low (given: ddtreed._fastscan's, the same)
+            low = bytes(map(self._low_table().__getitem__, values))
         wanted = self.settings.collapse_lines
         carried = len(self._low)
         if ACCEPTANCE_COLLAPSE not in self._reported:
