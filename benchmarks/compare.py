@@ -36,6 +36,9 @@ def export(rev: str, directory: Path) -> str:
     archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(directory, filter="data")
+    if (directory / "setup.py").exists():  # the commit's optional C part, built as an install builds it
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=directory,
+                       capture_output=True, check=False)
     return commit
 
 

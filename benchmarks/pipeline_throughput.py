@@ -83,6 +83,13 @@ def service_run(directory: Path):
 SERVING_BASELINE = 3.0  # a learned accept length (the mixes' decode lines: 1.0-5.0): collapse checks on
 
 
+def decode_reader() -> str:
+    """"native" where ddtreed._fastscan read the decode lines, "python" where `re` did (older commits)."""
+    from ddtreed.health import serving
+
+    return serving.decode_reader() if hasattr(serving, "decode_reader") else "python"
+
+
 def serving_pass(path: str, expected: int) -> tuple[int, float, float]:
     """The pump over the whole file with the serving watch attached: (lines, wall s, CPU s)."""
     from ddtreed.clock import SystemClock
@@ -227,6 +234,8 @@ def measure_mix(mix: str, lines: int, runs: int, drain3_lines: int, directory: P
                      "MilestoneTracker), then RuleSet.diagnose per crash group (timed apart); serving_*: "
                      "the same pump with the serving watch attached as Daemon._watch does (ServingWatch.feed)",
         "baseline": "plain `for line in f` loop, same needles + untagged check, same process, right after",
+        # which code read the serving pass's decode lines: ddtreed._fastscan (C) or `re`
+        "decode_reader": decode_reader(),
         "runs": runs, "lines": first["lines"], "bytes": written.bytes,
         "long_lines": written.long_lines, "untagged_lines": written.untagged,
         "lines_per_s": rate,

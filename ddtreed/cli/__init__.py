@@ -47,8 +47,10 @@ def build_parser(command: str | None = ALL) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     from .. import __version__
+    from ..native import decode_reader
 
-    parser.add_argument("--version", action="version", version=f"ddtreed {__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"ddtreed {__version__} (decode lines read by {decode_reader()})")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = {module for name, module, _help in COMMANDS if command in (ALL, name)}
     registered: set[str] = set()

@@ -37,6 +37,7 @@ from typing import Any, Callable, Sequence
 
 import structlog
 
+from ..native import load_fastscan
 from ..records import Crash, HealthResult, LogChunk
 
 log = structlog.get_logger(__name__)
@@ -63,6 +64,16 @@ _STRICT_DECODE = re.compile(
 _EVERY_DECODE_BYTES = re.compile(_STRICT_DECODE.pattern.replace(_DECODE_MARK, _DECODE_MARK + "(?:", 1)
                                  .encode() + b"|)", re.MULTILINE)
 _DECODE_MARK_BYTES = _DECODE_MARK.encode()
+
+
+# `ddtreed._fastscan`: a block's decode lines read in C, exactly as `_EVERY_DECODE_BYTES` reads
+# them (tests/test_fastscan.py); None without it or with DDTREED_NO_NATIVE=1 (then `re` reads them).
+_NATIVE = load_fastscan()
+
+
+def decode_reader() -> str:
+    """Which code reads a log block's decode lines: "native" (ddtreed._fastscan) or "python" (`re`)."""
+    return "native" if _NATIVE is not None else "python"
 
 
 @dataclass(frozen=True)
@@ -293,14 +304,22 @@ class ServingWatch:
         events (tests/test_serving_feed_fields.py)."""
         block = getattr(chunk, "block", None)  # a follower's BlockChunk: read its bytes, undecoded
         if block is not None:
-            # one per mark: no count of them first; not in the long lines the assembler knows
-            fields = _findall_outside(_EVERY_DECODE_BYTES, block, self.clean_lines.spans(block)) \
-                if self.clean_lines is not None else _EVERY_DECODE_BYTES.findall(block)
+            # not in the long lines the assembler knows
+            spans = self.clean_lines.spans(block) if self.clean_lines is not None else ()
+            if _NATIVE is not None:  # the same reading in C: (accepts, false lines[, low]), None if not strict
+                read = _NATIVE.summary(block, spans, self._low_table()) if self.baseline \
+                    else _NATIVE.summary(block, spans)
+                if read is None:
+                    return self._feed_lines(chunk.text or "\n".join(chunk.lines))
+                return self._feed_fields(block, read[0], read[1], read[2] if self.baseline else None) \
+                    if read[0] else []
+            # one per mark: no count of them first
+            fields = _findall_outside(_EVERY_DECODE_BYTES, block, spans)
             if not fields:
                 return []
             graphs = [graph for _, graph in fields]  # two comprehensions: ~2/3 of `zip(*fields)`
             if b"" not in graphs:  # every decode line is strict
-                return self._feed_fields(block, [accept for accept, _ in fields], graphs)
+                return self._feed_fields(block, [accept for accept, _ in fields], graphs.count(b"False"))
             return self._feed_lines(chunk.text or "\n".join(chunk.lines))
         text = chunk.text if chunk.text is not None else "\n".join(chunk.lines)
         count = text.count(_DECODE_MARK)
@@ -308,7 +327,8 @@ class ServingWatch:
             return []
         found = _STRICT_DECODE.findall(text)
         if len(found) == count:
-            return self._feed_fields(text, [accept for accept, _ in found], [graph for _, graph in found])
+            return self._feed_fields(text, [accept for accept, _ in found],
+                                     [graph for _, graph in found].count("False"))
         return self._feed_lines(text)
 
     def _feed_lines(self, text: str) -> list[ServingEvent]:
@@ -326,23 +346,31 @@ class ServingWatch:
             at = text.find(_DECODE_MARK, end)
         return events
 
+    def _low_table(self) -> _LowOf:
+        """The accept lengths as printed -> 1 where low, for the current baseline's threshold."""
+        threshold = self.baseline * self.settings.collapse_fraction if self.baseline else float("nan")
+        if self._low_of.threshold != threshold:
+            self._low_of = _LowOf(threshold)
+        elif len(self._low_of) > _LOW_OF_MAX:
+            self._low_of.clear()
+        return self._low_of
+
     def _feed_fields(self, text: str | bytes, accepts: Sequence[str | bytes],
-                     graphs: Sequence[str | bytes]) -> list[ServingEvent]:
-        """`accepts`, `graphs`: accept len (or empty) and "True" or "False" of each decode line of
-        `text` (or bytes), in order, every one of them a `_STRICT_DECODE` line. Does what `_decode`
-        on each line in turn does.
+                     false_lines: int, low: bytes | None = None) -> list[ServingEvent]:
+        """`accepts`: accept len (or empty) of each decode line of `text` (or bytes), in order,
+        every one of them a `_STRICT_DECODE` line; `false_lines` of them print `cuda graph: False`,
+        the others `True`. Does what `_decode` on each line in turn does.
 
         A line's effects: `cuda graph: True` counts and ends the run of eager lines; `False`, after
         a capture, extends it (the per-line path then, where an eager fallback is under way); an
         accept length ends the run of low ones or, below the collapse threshold, extends it. So a
         chunk's outcome is the run lengths at its end, and an event where a run first reaches its
         length: both found in the bytes of the lines' flags, without a loop over the lines."""
-        false = "False" if isinstance(text, str) else b"False"
-        if (self.captured_graphs and false in graphs) or self.settings.collapse_lines < 1:
+        if (self.captured_graphs and false_lines) or self.settings.collapse_lines < 1:
             return self._feed_lines(text if isinstance(text, str) else text.decode("utf-8", "replace"))
         lines = _DecodeLines(text, len(accepts))
         events: list[ServingEvent] = []
-        true_lines = len(accepts) - graphs.count(false)
+        true_lines = len(accepts) - false_lines
         self._graph_lines += true_lines
         if true_lines:
             self._eager.clear()
@@ -357,12 +385,8 @@ class ServingWatch:
         self.decode_accept = float(values[-1])
         if not self.baseline:
             return events
-        threshold = self.baseline * self.settings.collapse_fraction
-        if self._low_of.threshold != threshold:
-            self._low_of = _LowOf(threshold)
-        elif len(self._low_of) > _LOW_OF_MAX:
-            self._low_of.clear()
-        low = bytes(map(self._low_of.__getitem__, values))  # 1 where the line's accept length is low
+        if low is None:  # 1 where the line's accept length is low (given: ddtreed._fastscan's, the same)
+            low = bytes(map(self._low_table().__getitem__, values))
         wanted = self.settings.collapse_lines
         carried = len(self._low)
         if ACCEPTANCE_COLLAPSE not in self._reported:
