@@ -95,12 +95,13 @@ class ServiceOutput:
 
 
 def last_error_line(lines: Iterable[str]) -> str | None:
-    """The last line that reads as an error (`ModuleNotFoundError: No module named 'sglang'`)."""
-    found = None
-    for line in lines:
+    """The last line that reads as an error (`ModuleNotFoundError: No module named 'sglang'`).
+    Read from the newest line back, so a tail that ends in its exception line (a crash's) costs
+    one search, not one per line: the crash path computes this before the incident's row."""
+    for line in reversed(lines if isinstance(lines, (list, tuple)) else list(lines)):
         if line.strip() and not _NOT_AN_ERROR.match(line) and _ERROR_LINE.search(line):
-            found = line.strip()
-    return found
+            return line.strip()
+    return None
 
 
 def signal_name(number: int | None) -> str | None:

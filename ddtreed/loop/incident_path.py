@@ -22,7 +22,7 @@ from ..ops.logsetup import incident_context
 from ..records import Application, Crash, ExitStatus, Outcome, ServiceContext, Verdict
 from ..remediation import Attempt, Engine, Launch
 from ..rules import RuleSet
-from ..service import killpoint
+from ..service import gcpause, killpoint
 from ..health.serving import evidence_of, still_answering, without_echoes
 
 log = structlog.get_logger(__name__)
@@ -91,27 +91,31 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
     A crash of the signature of an incident still open (a crash loop: each restart fails the same
     way) is a recurrence of that incident, not a new one.
     """
-    phase = phase_of(loop)
-    crashes = without_echoes(crashes) or (synthetic_crash(exit_status, loop.clock.time()),)
-    diagnosis = loop.rules.diagnose(crashes, loop.context)
-    store = loop.store
-    detected_at = min((c.detected_at for c in crashes if c.detected_at), default=None)
-    # Recorded before anything else: the first complete traceback is an incident at once. The
-    # row is committed without waiting for the disk (it survives a kill of the daemon) and made
-    # durable (one fdatasync of the WAL: it survives a power cut) before anything leaves the
-    # daemon: the status snapshot, a notification, the stop. docs/incidents.md "Durability".
-    recurring = store.open_incident_for(diagnosis.signature.fingerprint,
-                                        active_since=loop.clock.time() - loop.config.policy.restart_window_s)
-    if recurring is None:
-        incident_id = store.open_incident(
-            "canary" if crashes[0].kind == "canary" else "crash", crashes, diagnosis.signature,
-            diagnosis.match, loop.context, detected_at=detected_at, service=service_name(loop), durable=False)
-    else:  # a crash loop of one cause: the same incident again, counted (on disk before the stop,
-        incident_id = recurring  # as a new incident's row is: a crash a power cut hides is none)
-        early = service_evidence(loop, crashes, exit_status, phase)
-        recurrences = store.record_recurrence(incident_id, _recurrence_detail(early), early, durable=False)
-    killpoint.reached("incident:committed")  # test hook: the row committed, not yet synced
-    store.make_durable()
+    gcpause.pause()  # no collection before the durable row (observed() paused it for live text)
+    try:
+        phase = phase_of(loop)
+        crashes = without_echoes(crashes) or (synthetic_crash(exit_status, loop.clock.time()),)
+        diagnosis = loop.rules.diagnose(crashes, loop.context)
+        store = loop.store
+        detected_at = min((c.detected_at for c in crashes if c.detected_at), default=None)
+        # Recorded before anything else: the first complete traceback is an incident at once. The
+        # row is committed without waiting for the disk (it survives a kill of the daemon) and made
+        # durable (one fdatasync of the WAL: it survives a power cut) before anything leaves the
+        # daemon: the status snapshot, a notification, the stop. docs/incidents.md "Durability".
+        recurring = store.open_incident_for(diagnosis.signature.fingerprint,
+                                            active_since=loop.clock.time() - loop.config.policy.restart_window_s)
+        if recurring is None:
+            incident_id = store.open_incident(
+                "canary" if crashes[0].kind == "canary" else "crash", crashes, diagnosis.signature,
+                diagnosis.match, loop.context, detected_at=detected_at, service=service_name(loop), durable=False)
+        else:  # a crash loop of one cause: the same incident again, counted (on disk before the stop,
+            incident_id = recurring  # as a new incident's row is: a crash a power cut hides is none)
+            early = service_evidence(loop, crashes, exit_status, phase)
+            recurrences = store.record_recurrence(incident_id, _recurrence_detail(early), early, durable=False)
+        killpoint.reached("incident:committed")  # test hook: the row committed, not yet synced
+        store.make_durable()
+    finally:
+        gcpause.resume()
     loop.lifecycle.enter("crashed", "service failed")  # published once the row exists: no writes before it
     loop.lifecycle.enter("diagnosing", "service failed: diagnosing")
     loop.publish(current_incident_id=incident_id)  # at detection, not after the stop
@@ -228,8 +232,24 @@ def observed(loop: Loop, crashes: tuple[Crash, ...]) -> bool:
     (a hang, a dead scheduler behind a live launcher). Unconfirmed, the text becomes an `observed`
     incident and nothing is stopped or restarted."""
     lost_member = getattr(loop.service, "lost_member", lambda: False)  # a process of its session gone
+    gcpause.pause()  # until the incident's durable row (handle_crash), or this text is not a crash
+    try:
+        confirmed = _confirmed(loop, crashes, lost_member)
+    except BaseException:
+        gcpause.resume()
+        raise
+    if confirmed is None:
+        return False  # a crash: handle_crash comes next and resumes the collector after its row
+    gcpause.resume()
+    record_observed(loop, crashes, confirmed)
+    return True
+
+
+def _confirmed(loop: Loop, crashes: tuple[Crash, ...], lost_member: Callable[[], bool]):
+    """None once the service confirms the text (it exited, a member is gone, its health probe
+    failed); else the text's diagnosis, for the `observed` incident."""
     if loop.service.poll() is not None or lost_member():
-        return False
+        return None
     # Diagnosed now, while the service (if it is dying) exits: the incident's own diagnosis of the
     # same crashes (handle_crash) is this one (RuleSet keeps its last), not a second pass after.
     diagnosis = loop.rules.diagnose(without_echoes(crashes) or crashes, loop.context)
@@ -240,11 +260,10 @@ def observed(loop: Loop, crashes: tuple[Crash, ...]) -> bool:
         loop.wait(min(left, OBSERVE_POLL_S), exited, sleep=until_exit)  # the exit is seen at once
         slices += 1
         if slices % OBSERVE_LIST_EVERY == 0 and lost_member():
-            return False
+            return None
     if exited() or lost_member() or not loop.prober().health(loop.clock.monotonic() + OBSERVE_HEALTH_S).ok:
-        return False
-    record_observed(loop, crashes, diagnosis)
-    return True
+        return None
+    return diagnosis
 
 
 def record_observed(loop: Loop, crashes: tuple[Crash, ...], diagnosis) -> None:

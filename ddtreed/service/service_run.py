@@ -14,6 +14,7 @@ from typing import Callable
 
 import structlog
 
+from . import gcpause
 from ._proctree import STATE_DIR_VARIABLE
 from ..clock import Clock
 from ..config import Config
@@ -119,6 +120,7 @@ class ServiceRun:
 
     def pump(self, timeout: float) -> list[tuple[Crash, ...]]:
         """One turn: `on_turn`, new log lines → assembler and milestones; settled crash groups."""
+        gcpause.resume()  # a crash path's pause (gcpause) lasts one turn at most
         self._on_turn()
         if self.follower is None:
             self.clock.sleep(timeout)
