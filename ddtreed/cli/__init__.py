@@ -46,11 +46,8 @@ def build_parser(command: str | None = ALL) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from .. import __version__
-    from ..native import decode_reader
-
-    parser.add_argument("--version", action="version",
-                        version=f"ddtreed {__version__} (decode lines read by {decode_reader()})")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="show the version and which decode-line reader is in use, and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = {module for name, module, _help in COMMANDS if command in (ALL, name)}
     registered: set[str] = set()
@@ -65,6 +62,18 @@ def build_parser(command: str | None = ALL) -> argparse.ArgumentParser:
             registered.add(module)
     help_text.apply(parser)
     return parser
+
+
+class _Version(argparse.Action):
+    """`--version`, with the decode-line reader (native or python) found only when asked: loading
+    the C extension is not part of `--help` or a command's start."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .. import __version__
+        from ..native import decode_reader
+
+        sys.stdout.write(f"ddtreed {__version__} (decode lines read by {decode_reader()})\n")
+        parser.exit()
 
 
 def command_of(argv: list[str]) -> str | None:
