@@ -49,34 +49,6 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-PF_EXITING = 0x4  # a task's flag (include/linux/sched.h): set by do_exit() on its way in, never cleared
-
-
-def exiting(pid: int) -> bool:
-    """Is process `pid` ending: every thread of it in the kernel's exit (PF_EXITING in the flags,
-    field 9 of /proc/PID/task/TID/stat), the exit perhaps not over (a CUDA process' teardown of its
-    device memory and descriptors can take seconds)? A task in `do_exit` never returns to user
-    space. The leader's stat is read first (a running process costs one read); a leader whose
-    thread alone ended while another thread runs is not ending. False where it cannot be told
-    (no /proc, the pid gone)."""
-    if not _task_exiting(f"/proc/{pid}/stat", gone=False):
-        return False
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    return all(_task_exiting(f"/proc/{pid}/task/{tid}/stat", gone=True) for tid in tasks)
-
-
-def _task_exiting(path: str, gone: bool) -> bool:
-    """PF_EXITING in a task's stat; `gone` when it cannot be read (a thread gone has exited)."""
-    try:
-        with open(path, "rb") as stat:
-            return bool(int(stat.read().rsplit(b")", 1)[1].split()[6]) & PF_EXITING)
-    except (OSError, IndexError, ValueError):
-        return gone
-
-
 def _session_pids_psutil(session_id: int) -> list[int]:
     found = []
     for proc in psutil.process_iter(["status"]):

@@ -231,12 +231,6 @@ class LocalHost:
 
         return _proctree.session_pids(session_id)
 
-    def process_exiting(self, pid: int) -> bool:
-        """Every thread of `pid` is in the kernel's exit: it is ending (`_proctree.exiting`)."""
-        from . import _proctree
-
-        return _proctree.exiting(pid)
-
     def gpu_holders(self, pids: list[int] | None = None) -> list[int]:
         from . import _proctree
 

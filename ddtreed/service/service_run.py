@@ -182,12 +182,7 @@ class ServiceRun:
         current, now = self._session(), self.clock.monotonic()
         if current is None:
             return False
-        if any(now - at < LOST_MEMBER_S for at in self._lost.values()) or self._stable - current:
-            return True
-        # A member in the kernel's exit is leaving, though its teardown is not over: real 0.5.16's
-        # scheduler after its exception was not gone 2 s after its interpreter's shutdown (r15b).
-        exiting = getattr(self.host, "process_exiting", None)
-        return exiting is not None and any(exiting(pid) for pid in sorted(self._stable))
+        return any(now - at < LOST_MEMBER_S for at in self._lost.values()) or bool(self._stable - current)
 
     def poll(self) -> ExitStatus | None:
         """The service's exit status once it ended. No waitpid when the last wait polled its
