@@ -91,6 +91,7 @@ def build(config: Config, *, host: Host | None = None, store: Store | None = Non
           preflight_checks: Mapping[str, Callable] | None = None) -> Wiring:
     """Everything the loop needs for `config`; rule or remediation errors raise before anything starts."""
     rules, catalog = load_catalogs(config)
+    rules.rank_rivals = False  # the incident path reads the decision only: its rivals are not ranked
     host = host or service_host(config)
     durable = DurableStore(store or open_store(database_path(config.paths.state_dir)),
                            clock.sleep if clock else None)

@@ -131,6 +131,11 @@ class RuleSet:
         # settle wait runs, then its incident is opened) are not judged twice.
         self._last: tuple | None = None
         self.diagnosed = 0  # calls of `diagnose` (the daemon warm-up's included): one before it makes it moot
+        # False (the daemon): a crash's candidates stop at the first priority below a match found.
+        # The decision is the same (rank is priority first, and every rule of the match's priority
+        # is still tried), only its rivals are not: `outvoted` and the confidence's rival penalty,
+        # which `ddtreed diagnose` shows and the incident path never reads, see fewer rules.
+        self.rank_rivals = True
         for rule in self.rules:
             self._index.add(rule)
 
@@ -271,6 +276,8 @@ class RuleSet:
                          f"{len(candidates)} candidate rules; the best match so far decides",)
                 break
             rule = self._by_id[rule_id]
+            if matches and not self.rank_rivals and rule.priority < matches[0][1].priority:
+                break  # candidates come by priority: none from here on can outrank the match
             match, _ = rule.evaluate(view, signature.params, context)
             if match is not None:
                 matches.append((match, rule))
