@@ -27,6 +27,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 static const char MARK[] = "Decode batch, ";
@@ -301,13 +302,22 @@ typedef struct {
     Py_ssize_t count;
     char **text;
     Py_ssize_t *len;
+    uint32_t *head, *mask; /* a needle's first (up to) 4 bytes as read by load4, and which of them count */
 } needle_table;
+
+static uint32_t load4(const unsigned char *at) {
+    uint32_t word;
+    memcpy(&word, at, 4);
+    return word;
+}
 
 static void table_free(needle_table *table) {
     for (Py_ssize_t k = 0; k < table->count; k++)
         PyMem_Free(table->text[k]);
     PyMem_Free(table->text);
     PyMem_Free(table->len);
+    PyMem_Free(table->head);
+    PyMem_Free(table->mask);
     PyMem_Free(table);
 }
 
@@ -333,7 +343,9 @@ static PyObject *fastscan_needles(PyObject *self, PyObject *args) {
     table->count = count; /* the slots table_free frees (NULL until filled) */
     table->text = PyMem_Calloc(count ? count : 1, sizeof(char *));
     table->len = PyMem_Calloc(count ? count : 1, sizeof(Py_ssize_t));
-    if (table->text == NULL || table->len == NULL) {
+    table->head = PyMem_Calloc(count ? count : 1, sizeof(uint32_t));
+    table->mask = PyMem_Calloc(count ? count : 1, sizeof(uint32_t));
+    if (table->text == NULL || table->len == NULL || table->head == NULL || table->mask == NULL) {
         table_free(table);
         return PyErr_NoMemory();
     }
@@ -365,6 +377,13 @@ static PyObject *fastscan_needles(PyObject *self, PyObject *args) {
         }
         memcpy(table->text[at], text, len);
         table->len[at] = len;
+        unsigned char head[4] = {0, 0, 0, 0}, mask[4] = {0, 0, 0, 0};
+        for (Py_ssize_t b = 0; b < len && b < 4; b++) {
+            head[b] = text[b];
+            mask[b] = 0xff;
+        }
+        table->head[at] = load4(head);
+        table->mask[at] = load4(mask);
         if (len == 1) {
             table->single[text[0] >> 3] |= (unsigned char)(1 << (text[0] & 7));
             for (int b = 0; b < 256; b++) {
@@ -383,26 +402,49 @@ static PyObject *fastscan_needles(PyObject *self, PyObject *args) {
     return capsule;
 }
 
-/* does a needle starting with data[at] lie wholly inside data[at:end]? */
-static int needle_at(const needle_table *table, const unsigned char *data, Py_ssize_t at, Py_ssize_t end) {
+/* does a needle starting with data[at] lie wholly inside data[at:end]? `size`: the bytes readable
+ * from data (4 of them read at a time where there are) */
+static int needle_at(const needle_table *table, const unsigned char *data, Py_ssize_t at, Py_ssize_t end,
+                     Py_ssize_t size) {
     unsigned char b = data[at];
+    uint32_t word = 0;
+    if (at + 4 <= size)
+        word = load4(data + at);
     for (Py_ssize_t k = table->from[b]; k < table->from[b + 1]; k++) {
         Py_ssize_t len = table->len[k];
-        if (len <= end - at && memcmp(table->text[k], data + at, (size_t)len) == 0)
+        if (len > end - at)
+            continue;
+        if (at + 4 <= size && (word & table->mask[k]) != table->head[k])
+            continue;
+        if (memcmp(table->text[k], data + at, (size_t)len) == 0)
             return 1;
     }
     return 0;
 }
 
 static Py_ssize_t first_needle(const needle_table *table, const unsigned char *data, Py_ssize_t pos,
-                               Py_ssize_t end) {
+                               Py_ssize_t end, Py_ssize_t size) {
     if (table->has_empty)
         return pos;
     const unsigned char *pair = table->pair;
     Py_ssize_t at = pos;
+    /* eight offsets a step, one branch for them (the bitmap is seldom hit in a log's lines) */
+    for (; at + 8 < end; at += 8) {
+        unsigned int hits = 0;
+        for (int k = 0; k < 8; k++) {
+            unsigned int two = (unsigned int)data[at + k] << 8 | data[at + k + 1];
+            hits |= (unsigned int)((pair[two >> 3] >> (two & 7)) & 1) << k;
+        }
+        while (hits) {
+            int k = __builtin_ctz(hits);
+            if (needle_at(table, data, at + k, end, size))
+                return at + k;
+            hits &= hits - 1;
+        }
+    }
     for (; at + 1 < end; at++) {
         unsigned int two = (unsigned int)data[at] << 8 | data[at + 1];
-        if ((pair[two >> 3] >> (two & 7)) & 1 && needle_at(table, data, at, end))
+        if ((pair[two >> 3] >> (two & 7)) & 1 && needle_at(table, data, at, end, size))
             return at;
     }
     if (at < end && (table->single[data[at] >> 3] >> (data[at] & 7)) & 1)
@@ -439,7 +481,7 @@ static PyObject *fastscan_first(PyObject *self, PyObject *const *args, Py_ssize_
     }
     if (pos < 0 || pos > end)
         return PyLong_FromLong(-1);
-    Py_ssize_t found = first_needle(table, (const unsigned char *)PyBytes_AS_STRING(args[1]), pos, end);
+    Py_ssize_t found = first_needle(table, (const unsigned char *)PyBytes_AS_STRING(args[1]), pos, end, size);
     return PyLong_FromSsize_t(found);
 }
 
