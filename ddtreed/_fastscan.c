@@ -16,9 +16,18 @@
  *   (accepts, false_lines): each line's accept length as printed (b"" where it has none) and the
  *   count of `cuda graph: False` lines; with low_of (a mapping of accept length to 0 or 1) a
  *   third item, bytes: low_of[accept] of each non-empty accept, in order.
+ *
+ * needles(tuple of bytes) -> an opaque table; first(table, data, pos=0, end=None) -> int: where
+ *   the first of those needles starts in data[pos:end] (the smallest offset at which one of them
+ *   lies wholly inside the range), -1 when none does, or when pos < 0 or pos > end; an end past
+ *   len(data) is len(data). What the assembler's RE2 alternation of the same needles answers
+ *   (ddtreed/tracebacks/scan.py `_finder`, held to it by tests/test_fastscan_needles.py).
+ *   A (first byte, second byte) bitmap says where a needle can start; only there are the
+ *   needles of that first byte compared.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 static const char MARK[] = "Decode batch, ";
@@ -281,7 +290,206 @@ static PyObject *fastscan_summary(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NnN)", out, false_lines, low);
 }
 
+/* ---- the needle finder ---- */
+
+#define NEEDLES_CAPSULE "ddtreed._fastscan.needles"
+
+typedef struct {
+    unsigned char pair[65536 / 8]; /* bit (b0 << 8 | b1): a needle can start with b0, b1 */
+    unsigned char single[256 / 8]; /* bit b: a needle of one byte, b */
+    int has_empty;
+    Py_ssize_t from[257]; /* the needles starting with byte b: text[from[b] .. from[b + 1]) */
+    Py_ssize_t count;
+    char **text;
+    Py_ssize_t *len;
+    uint32_t *head, *mask; /* a needle's first (up to) 4 bytes as read by load4, and which of them count */
+} needle_table;
+
+static uint32_t load4(const unsigned char *at) {
+    uint32_t word;
+    memcpy(&word, at, 4);
+    return word;
+}
+
+static void table_free(needle_table *table) {
+    for (Py_ssize_t k = 0; k < table->count; k++)
+        PyMem_Free(table->text[k]);
+    PyMem_Free(table->text);
+    PyMem_Free(table->len);
+    PyMem_Free(table->head);
+    PyMem_Free(table->mask);
+    PyMem_Free(table);
+}
+
+static void needles_free(PyObject *capsule) {
+    needle_table *table = PyCapsule_GetPointer(capsule, NEEDLES_CAPSULE);
+    if (table != NULL)
+        table_free(table);
+}
+
+static PyObject *fastscan_needles(PyObject *self, PyObject *args) {
+    PyObject *given;
+    if (!PyArg_ParseTuple(args, "O!:needles", &PyTuple_Type, &given))
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(given);
+    for (Py_ssize_t k = 0; k < count; k++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(given, k))) {
+            PyErr_SetString(PyExc_TypeError, "needles: every needle must be bytes");
+            return NULL;
+        }
+    needle_table *table = PyMem_Calloc(1, sizeof(needle_table));
+    if (table == NULL)
+        return PyErr_NoMemory();
+    table->count = count; /* the slots table_free frees (NULL until filled) */
+    table->text = PyMem_Calloc(count ? count : 1, sizeof(char *));
+    table->len = PyMem_Calloc(count ? count : 1, sizeof(Py_ssize_t));
+    table->head = PyMem_Calloc(count ? count : 1, sizeof(uint32_t));
+    table->mask = PyMem_Calloc(count ? count : 1, sizeof(uint32_t));
+    if (table->text == NULL || table->len == NULL || table->head == NULL || table->mask == NULL) {
+        table_free(table);
+        return PyErr_NoMemory();
+    }
+    /* counting sort of the non-empty needles by their first byte */
+    Py_ssize_t per[256] = {0};
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *needle = PyTuple_GET_ITEM(given, k);
+        if (PyBytes_GET_SIZE(needle) == 0)
+            table->has_empty = 1;
+        else
+            per[(unsigned char)PyBytes_AS_STRING(needle)[0]]++;
+    }
+    table->from[0] = 0;
+    for (int b = 0; b < 256; b++)
+        table->from[b + 1] = table->from[b] + per[b];
+    Py_ssize_t next[256];
+    memcpy(next, table->from, sizeof(next));
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *needle = PyTuple_GET_ITEM(given, k);
+        Py_ssize_t len = PyBytes_GET_SIZE(needle);
+        if (len == 0)
+            continue;
+        const unsigned char *text = (const unsigned char *)PyBytes_AS_STRING(needle);
+        Py_ssize_t at = next[text[0]]++;
+        table->text[at] = PyMem_Malloc(len);
+        if (table->text[at] == NULL) {
+            table_free(table);
+            return PyErr_NoMemory();
+        }
+        memcpy(table->text[at], text, len);
+        table->len[at] = len;
+        unsigned char head[4] = {0, 0, 0, 0}, mask[4] = {0, 0, 0, 0};
+        for (Py_ssize_t b = 0; b < len && b < 4; b++) {
+            head[b] = text[b];
+            mask[b] = 0xff;
+        }
+        table->head[at] = load4(head);
+        table->mask[at] = load4(mask);
+        if (len == 1) {
+            table->single[text[0] >> 3] |= (unsigned char)(1 << (text[0] & 7));
+            for (int b = 0; b < 256; b++) {
+                unsigned int pair = (unsigned int)text[0] << 8 | (unsigned int)b;
+                table->pair[pair >> 3] |= (unsigned char)(1 << (pair & 7));
+            }
+        } else {
+            unsigned int pair = (unsigned int)text[0] << 8 | text[1];
+            table->pair[pair >> 3] |= (unsigned char)(1 << (pair & 7));
+        }
+    }
+    table->count = table->from[256]; /* the non-empty needles, in text[] */
+    PyObject *capsule = PyCapsule_New(table, NEEDLES_CAPSULE, needles_free);
+    if (capsule == NULL)
+        table_free(table);
+    return capsule;
+}
+
+/* does a needle starting with data[at] lie wholly inside data[at:end]? `size`: the bytes readable
+ * from data (4 of them read at a time where there are) */
+static int needle_at(const needle_table *table, const unsigned char *data, Py_ssize_t at, Py_ssize_t end,
+                     Py_ssize_t size) {
+    unsigned char b = data[at];
+    uint32_t word = 0;
+    if (at + 4 <= size)
+        word = load4(data + at);
+    for (Py_ssize_t k = table->from[b]; k < table->from[b + 1]; k++) {
+        Py_ssize_t len = table->len[k];
+        if (len > end - at)
+            continue;
+        if (at + 4 <= size && (word & table->mask[k]) != table->head[k])
+            continue;
+        if (memcmp(table->text[k], data + at, (size_t)len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static Py_ssize_t first_needle(const needle_table *table, const unsigned char *data, Py_ssize_t pos,
+                               Py_ssize_t end, Py_ssize_t size) {
+    if (table->has_empty)
+        return pos;
+    const unsigned char *pair = table->pair;
+    Py_ssize_t at = pos;
+    /* eight offsets a step, one branch for them (the bitmap is seldom hit in a log's lines) */
+    for (; at + 8 < end; at += 8) {
+        unsigned int hits = 0;
+        for (int k = 0; k < 8; k++) {
+            unsigned int two = (unsigned int)data[at + k] << 8 | data[at + k + 1];
+            hits |= (unsigned int)((pair[two >> 3] >> (two & 7)) & 1) << k;
+        }
+        while (hits) {
+            int k = __builtin_ctz(hits);
+            if (needle_at(table, data, at + k, end, size))
+                return at + k;
+            hits &= hits - 1;
+        }
+    }
+    for (; at + 1 < end; at++) {
+        unsigned int two = (unsigned int)data[at] << 8 | data[at + 1];
+        if ((pair[two >> 3] >> (two & 7)) & 1 && needle_at(table, data, at, end, size))
+            return at;
+    }
+    if (at < end && (table->single[data[at] >> 3] >> (data[at] & 7)) & 1)
+        return at;
+    return -1;
+}
+
+static PyObject *fastscan_first(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 2 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "first(table, data, pos=0, end=None) takes 2 to 4 arguments");
+        return NULL;
+    }
+    if (!PyCapsule_IsValid(args[0], NEEDLES_CAPSULE)) {
+        PyErr_SetString(PyExc_TypeError, "first: table must be what needles() returns");
+        return NULL;
+    }
+    needle_table *table = PyCapsule_GetPointer(args[0], NEEDLES_CAPSULE);
+    if (!PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "first: data must be bytes");
+        return NULL;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(args[1]), pos = 0, end = size;
+    if (nargs > 2) {
+        pos = PyNumber_AsSsize_t(args[2], NULL);
+        if (pos == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    if (nargs > 3 && args[3] != Py_None) {
+        end = PyNumber_AsSsize_t(args[3], NULL);
+        if (end == -1 && PyErr_Occurred())
+            return NULL;
+        if (end > size)
+            end = size;
+    }
+    if (pos < 0 || pos > end)
+        return PyLong_FromLong(-1);
+    Py_ssize_t found = first_needle(table, (const unsigned char *)PyBytes_AS_STRING(args[1]), pos, end, size);
+    return PyLong_FromSsize_t(found);
+}
+
 static PyMethodDef methods[] = {
+    {"needles", fastscan_needles, METH_VARARGS,
+     "needles(tuple of bytes) -> table for first()"},
+    {"first", (PyCFunction)(void (*)(void))fastscan_first, METH_FASTCALL,
+     "first(table, data, pos=0, end=None) -> where the first needle starts in data[pos:end], -1 if none"},
     {"fields", fastscan_fields, METH_VARARGS,
      "fields(block, spans) -> [(accept, graph)]: findall of the strict decode form around spans"},
     {"summary", fastscan_summary, METH_VARARGS,

@@ -1,7 +1,9 @@
 """The optional C part of ddtreed (`ddtreed._fastscan`, built by setup.py where a C compiler is
-found): a log block's decode lines read in one pass for the serving watch. Without it, or with
-DDTREED_NO_NATIVE=1 in the environment, `re` reads them (ddtreed/health/serving.py): the same
-results (tests/test_fastscan.py), more CPU per line. `ddtreed --version` names the reader in use."""
+found): a log block's decode lines read in one pass for the serving watch, and the assembler's
+needle finders (ddtreed/tracebacks/scan.py). Without it, or with DDTREED_NO_NATIVE=1 in the
+environment, `re` reads the decode lines (ddtreed/health/serving.py) and RE2 finds the needles:
+the same results (tests/test_fastscan.py, tests/test_fastscan_needles.py), more CPU per line.
+`ddtreed --version` names the reader in use."""
 
 from __future__ import annotations
 

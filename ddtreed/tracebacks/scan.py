@@ -20,13 +20,20 @@ So the lines skipped are exactly those the assembler would have looked at withou
 A long line that comes back verbatim and holds no needle (`CleanLines`) is not read again by
 the automaton: a needle holds no newline, so it lies inside one line, and that line has none.
 Without RE2 (a declared dependency) Python's `re` runs the same patterns, slower.
+
+With the optional C part (`ddtreed._fastscan`, unless DDTREED_NO_NATIVE=1) the three needle
+finders (`find_any`, `find_tagged`, `find_idle`) are its `first`: a table of which two bytes can
+start a needle, then a compare with the needles of that first byte; the same offsets as the RE2
+pass (tests/test_fastscan_needles.py), for less CPU per block.
 """
 
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any, Iterator, Protocol
 
+from ..native import load_fastscan
 from . import grammar
 
 try:
@@ -85,6 +92,17 @@ def _finder(pattern):
     return first
 
 
+_NATIVE = load_fastscan()
+
+
+def _needle_finder(needles, pattern):
+    """`_finder(pattern)` for the alternation of `needles`: `_fastscan.first` over them where the C
+    part is loaded (the same answers), else RE2's `Match`."""
+    if _NATIVE is None:
+        return _finder(pattern)
+    return partial(_NATIVE.first, _NATIVE.needles(tuple(sorted({needle.encode() for needle in needles}))))
+
+
 ANY_NEEDLE = _compile(_alternation(grammar.TAGGED_NEEDLES + IDLE_NEEDLES))
 TAGGED_NEEDLE = _compile(_alternation(grammar.TAGGED_NEEDLES))
 # A logger that puts `ERROR: ` before every line of a traceback: the whole chunk is read line by
@@ -94,7 +112,9 @@ LEVEL_TRACEBACK = _compile(rb"ERROR: (?:   )?Traceback")
 # or `[` last line has no character after it and is checked apart.
 NEWLINE_BEFORE_UNTAGGED = _compile(rb"\n(?:[^\[]|\[[^0-9])")
 IDLE_NEEDLE = _compile(_alternation(IDLE_NEEDLES))
-find_any, find_tagged, find_idle = _finder(ANY_NEEDLE), _finder(TAGGED_NEEDLE), _finder(IDLE_NEEDLE)
+find_any = _needle_finder(grammar.TAGGED_NEEDLES + IDLE_NEEDLES, ANY_NEEDLE)
+find_tagged = _needle_finder(grammar.TAGGED_NEEDLES, TAGGED_NEEDLE)
+find_idle = _needle_finder(IDLE_NEEDLES, IDLE_NEEDLE)
 find_level_traceback, _find_newline_before_untagged = _finder(LEVEL_TRACEBACK), _finder(NEWLINE_BEFORE_UNTAGGED)
 # A run of device-side assert lines as CUDA prints them, one per GPU thread and thousands in a row,
 # each starting with the kernel source's path (`/pytorch/aten/src/ATen/native/cuda/…cu:92: …`).
