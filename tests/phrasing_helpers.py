@@ -89,6 +89,21 @@ def new_rule_file_tests(rules, without, phrasings, near_misses, *, from_sources:
 def error_lines_in_development_reports(phrasings) -> list[str]:
     """The error line of each phrasing (the first line that is not a banner, a frame or source)
     that some development report's text contains: a phrasing must come from a source, not a report."""
+    texts = corpus_texts("dev")
+    assert texts
+    found = []
+    for _, text in phrasings:
+        lines = [line.split("Scheduler hit an exception: ")[-1] for line in text.splitlines()]
+        error_line = next(line.strip() for line in lines if line.strip()
+                          and not line.startswith(("[", "  File", "    ", "Traceback")))
+        if any(error_line in report for report in texts):
+            found.append(error_line)
+    return found
+
+
+def corpus_texts(part: str) -> list[str]:
+    """The texts of every corpus report in `part` ("dev" or "test"; a report the split does not
+    name counts as dev), in file order."""
     import json
     from pathlib import Path
 
@@ -99,14 +114,6 @@ def error_lines_in_development_reports(phrasings) -> list[str]:
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 entry = json.loads(line)
-                if split.get(entry["id"], "dev") == "dev":
+                if (split.get(entry["id"], "dev") == "test") == (part == "test"):
                     texts.append(entry.get("text") or entry.get("log") or "")
-    assert texts
-    found = []
-    for _, text in phrasings:
-        lines = [line.split("Scheduler hit an exception: ")[-1] for line in text.splitlines()]
-        error_line = next(line.strip() for line in lines if line.strip()
-                          and not line.startswith(("[", "  File", "    ", "Traceback")))
-        if any(error_line in report for report in texts):
-            found.append(error_line)
-    return found
+    return texts

@@ -11,7 +11,6 @@ only (a count of differences, never an entry's text or result: issue 15's discip
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from ddtreed.paths import shipped
 from ddtreed.rules import Rule, RuleSet, load_rules
 from ddtreed.tracebacks import assemble_lines
 
+from phrasing_helpers import corpus_texts
 from supervision_helpers import make_config
 
 HERE = Path(__file__).resolve().parent
@@ -31,18 +31,6 @@ CORPUS = HERE / "corpus"
 FULL = load_rules([shipped("rules")])
 LEAN = RuleSet(FULL.rules, scorer=FULL.scorer)
 LEAN.rank_rivals = False
-
-
-def corpus_texts(part: str) -> list[str]:
-    split = json.loads((CORPUS / "split.json").read_text())
-    texts = []
-    for path in sorted(CORPUS.glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                entry = json.loads(line)
-                if (split.get(entry["id"]) == "test") == (part == "test"):
-                    texts.append(entry.get("text") or entry.get("log") or "")
-    return texts
 
 
 def other_texts() -> list[str]:
