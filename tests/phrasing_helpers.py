@@ -117,3 +117,26 @@ def corpus_texts(part: str) -> list[str]:
                 if (split.get(entry["id"], "dev") == "test") == (part == "test"):
                     texts.append(entry.get("text") or entry.get("log") or "")
     return texts
+
+
+def other_texts(cases: bool = False) -> list[str]:
+    """Every crash text the project has outside the corpus files: the real 0.5.16 fixtures, the
+    corpus's logs, with `cases` the case files' logs, and both phrasing files' phrasings and
+    near misses."""
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    logs = sorted((here / "fixtures" / "sglang-0.5.16").glob("*.log"))
+    logs += sorted((here / "corpus" / "logs").glob("*.log"))
+    if cases:
+        logs += sorted((here / "cases").glob("*.log"))
+    texts = [path.read_text(encoding="utf-8", errors="replace") for path in logs]
+    sys.path.insert(0, str(here))
+    import test_diagnose_phrasings
+    import test_diagnose_phrasings_e
+
+    for module in (test_diagnose_phrasings, test_diagnose_phrasings_e):
+        texts += [text for _, text in module.PHRASINGS]
+        texts += [text for _, text in getattr(module, "NEAR_MISSES", [])]
+    return texts

@@ -12,7 +12,6 @@ never an entry's text or result (issue 15's discipline).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,8 @@ from ddtreed.rules.prefilter import MessagePrefilter
 from ddtreed.rules.regex import compile_rule_pattern
 from ddtreed.tracebacks import assemble_lines
 from ddtreed.tracebacks.assembler import unreverse
+
+from phrasing_helpers import other_texts
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"
@@ -47,19 +48,6 @@ def corpus_texts(part: str) -> list[str]:
                 entry = json.loads(line)
                 if (split.get(entry["id"]) == "test") == (part == "test"):
                     texts.append(entry.get("text") or entry.get("log") or "")
-    return texts
-
-
-def other_texts() -> list[str]:
-    logs = sorted((HERE / "fixtures" / "sglang-0.5.16").glob("*.log")) + sorted((CORPUS / "logs").glob("*.log"))
-    texts = [path.read_text(encoding="utf-8", errors="replace") for path in logs]
-    sys.path.insert(0, str(HERE))
-    import test_diagnose_phrasings
-    import test_diagnose_phrasings_e
-
-    for module in (test_diagnose_phrasings, test_diagnose_phrasings_e):
-        texts += [text for _, text in module.PHRASINGS]
-        texts += [text for _, text in getattr(module, "NEAR_MISSES", [])]
     return texts
 
 

@@ -23,7 +23,7 @@ from ddtreed.paths import shipped
 from ddtreed.rules import Rule, RuleSet, load_rules
 from ddtreed.tracebacks import assemble_lines
 
-from phrasing_helpers import corpus_texts
+from phrasing_helpers import corpus_texts, other_texts
 from supervision_helpers import make_config
 
 HERE = Path(__file__).resolve().parent
@@ -31,20 +31,6 @@ CORPUS = HERE / "corpus"
 FULL = load_rules([shipped("rules")])
 LEAN = RuleSet(FULL.rules, scorer=FULL.scorer)
 LEAN.rank_rivals = False
-
-
-def other_texts() -> list[str]:
-    logs = sorted((HERE / "fixtures" / "sglang-0.5.16").glob("*.log")) + sorted((CORPUS / "logs").glob("*.log"))
-    logs += sorted((HERE / "cases").glob("*.log"))
-    texts = [path.read_text(encoding="utf-8", errors="replace") for path in logs]
-    sys.path.insert(0, str(HERE))
-    import test_diagnose_phrasings
-    import test_diagnose_phrasings_e
-
-    for module in (test_diagnose_phrasings, test_diagnose_phrasings_e):
-        texts += [text for _, text in module.PHRASINGS]
-        texts += [text for _, text in getattr(module, "NEAR_MISSES", [])]
-    return texts
 
 
 @pytest.fixture
@@ -61,7 +47,7 @@ def decisions(rules: RuleSet, text: str) -> list[tuple]:
 
 
 def test_the_daemon_decides_as_diagnose_does_on_every_development_text(no_budget):
-    texts = corpus_texts("dev") + other_texts()
+    texts = corpus_texts("dev") + other_texts(cases=True)
     assert len(texts) > 600
     differ = [(text[:200], [d[0].rule_id for d in a], [d[0].rule_id for d in b])
               for text in texts if (a := decisions(FULL, text)) != (b := decisions(LEAN, text))]
