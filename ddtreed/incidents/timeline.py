@@ -78,11 +78,13 @@ class IncidentsMixin(StoreBase):
             self._insert_step(db, incident_id, step, detail, data, time.time() if at is None else at)
 
     def set_diagnosis(self, incident_id: int, crashes: Sequence[Crash], signature: Signature,
-                      match: RuleMatch) -> None:
-        """Replace the crashes and the diagnosis: ranks that failed a moment later, diagnosed anew."""
+                      match: RuleMatch, durable: bool = True) -> None:
+        """Replace the crashes and the diagnosis: the rules' verdict on a crash recorded before
+        they ran, or ranks that failed a moment later, diagnosed anew. `durable=False` as for
+        `open_incident`."""
         row = _incident_row("crash", tuple(crashes), signature, match, None, None)
         del row["source"], row["context"]
-        self._update(incident_id, **row)
+        self._update(incident_id, durable, **row)
 
     def set_remediation(self, incident_id: int, remediation_id: str | None,
                         application_id: str | None = None) -> None:
@@ -164,8 +166,8 @@ class IncidentsMixin(StoreBase):
                 db.execute(f"DELETE FROM incidents WHERE id IN ({marks})", chunk)
         return len(doomed)
 
-    def _update(self, incident_id: int, **values: Any) -> None:
-        with self.atomic() as db:
+    def _update(self, incident_id: int, durable: bool = True, **values: Any) -> None:
+        with self.atomic(durable) as db:
             self._require(db, "incident", incident_id)
             db["incidents"].update(incident_id, encode.clean_row(values))
 

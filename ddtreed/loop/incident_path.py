@@ -19,9 +19,10 @@ from ..config import Config
 from .lifecycle import Lifecycle
 from ..incidents.stderr_tail import describe_exit, evidence
 from ..ops.logsetup import incident_context
-from ..records import Application, Crash, ExitStatus, Outcome, ServiceContext, Verdict
+from ..records import Application, Crash, ExitStatus, Outcome, ServiceContext, Signature, Verdict
 from ..remediation import Attempt, Engine, Launch
 from ..rules import RuleSet
+from ..signature import signature_of
 from ..service import gcpause, killpoint
 from ..health.serving import evidence_of, still_answering, without_echoes
 
@@ -95,24 +96,34 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
     try:
         phase = phase_of(loop)
         crashes = without_echoes(crashes) or (synthetic_crash(exit_status, loop.clock.time()),)
-        diagnosis = loop.rules.diagnose(crashes, loop.context)
+        # Recorded before anything else: the first complete traceback is an incident at once, and
+        # before its diagnosis wherever the incident's signature does not wait for the rules (the
+        # ranks printed one error: `sole_signature`), so that neither the rules' time nor a
+        # failure of theirs delays or loses the record. The row is committed without waiting for
+        # the disk (it survives a kill of the daemon); the diagnosis joins it, and both are made
+        # durable (one fdatasync of the WAL: they survive a power cut) before anything leaves the
+        # daemon: the status snapshot, a notification, the stop. docs/incidents.md "Durability".
+        signature = sole_signature(crashes)
+        diagnosis = loop.rules.diagnose(crashes, loop.context) if signature is None else None
+        signature = diagnosis.signature if diagnosis is not None else signature
         store = loop.store
         detected_at = min((c.detected_at for c in crashes if c.detected_at), default=None)
-        # Recorded before anything else: the first complete traceback is an incident at once. The
-        # row is committed without waiting for the disk (it survives a kill of the daemon) and made
-        # durable (one fdatasync of the WAL: it survives a power cut) before anything leaves the
-        # daemon: the status snapshot, a notification, the stop. docs/incidents.md "Durability".
-        recurring = store.open_incident_for(diagnosis.signature.fingerprint,
+        recurring = store.open_incident_for(signature.fingerprint,
                                             active_since=loop.clock.time() - loop.config.policy.restart_window_s)
         if recurring is None:
             incident_id = store.open_incident(
-                "canary" if crashes[0].kind == "canary" else "crash", crashes, diagnosis.signature,
-                diagnosis.match, loop.context, detected_at=detected_at, service=service_name(loop), durable=False)
+                "canary" if crashes[0].kind == "canary" else "crash", crashes, signature,
+                diagnosis.match if diagnosis is not None else None, loop.context, detected_at=detected_at,
+                service=service_name(loop), durable=False)
         else:  # a crash loop of one cause: the same incident again, counted (on disk before the stop,
             incident_id = recurring  # as a new incident's row is: a crash a power cut hides is none)
             early = service_evidence(loop, crashes, exit_status, phase)
             recurrences = store.record_recurrence(incident_id, _recurrence_detail(early), early, durable=False)
         killpoint.reached("incident:committed")  # test hook: the row committed, not yet synced
+        if diagnosis is None:  # the rules' call, now that the crash is recorded (a recurrence keeps
+            diagnosis = loop.rules.diagnose(crashes, loop.context)  # its incident's diagnosis)
+            if recurring is None:
+                store.set_diagnosis(incident_id, crashes, diagnosis.signature, diagnosis.match, durable=False)
         store.make_durable()
     finally:
         gcpause.resume()
@@ -159,6 +170,23 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
                            holder=foreign_gpu_holder(match.category, match.params))
         loop.publish(current_incident_id=None)
     return Outcome(incident_id, status)
+
+
+def sole_signature(crashes: tuple[Crash, ...]) -> Signature | None:
+    """The signature every crash of the group has (ranks that printed the same error), else None.
+
+    The diagnosis's signature is that of the crash the rules judge the cause; when every crash
+    has this one, it is the incident's whatever the rules decide, and the crash can be recorded
+    before they run. Crashes of different errors wait for the rules' choice."""
+    distinct = {(c.kind, c.exception, c.message, c.frames): c for c in crashes}  # what a fingerprint reads
+    first: Signature | None = None
+    for crash in distinct.values():
+        signature = signature_of(crash)
+        if first is None:
+            first = signature
+        elif signature.fingerprint != first.fingerprint:
+            return None
+    return first
 
 
 def still_serving(crashes: tuple[Crash, ...]) -> bool:
@@ -250,9 +278,8 @@ def _confirmed(loop: Loop, crashes: tuple[Crash, ...], lost_member: Callable[[],
     failed); else the text's diagnosis, for the `observed` incident."""
     if loop.service.poll() is not None or lost_member():
         return None
-    # Diagnosed now, while the service (if it is dying) exits: the incident's own diagnosis of the
-    # same crashes (handle_crash) is this one (RuleSet keeps its last), not a second pass after.
-    diagnosis = loop.rules.diagnose(without_echoes(crashes) or crashes, loop.context)
+    # Not diagnosed yet: a dying service's exit is seen the moment it comes (its incident is
+    # recorded, then diagnosed: handle_crash); only text the service outlives needs the rules here.
     exited = lambda: loop.service.poll() is not None  # noqa: E731
     until_exit = getattr(loop.service, "sleep_until_exit", None)  # its pidfd: the exit ends the slice
     deadline, slices = loop.clock.monotonic() + OBSERVE_SETTLE_S, 0
@@ -263,7 +290,7 @@ def _confirmed(loop: Loop, crashes: tuple[Crash, ...], lost_member: Callable[[],
             return None
     if exited() or lost_member() or not loop.prober().health(loop.clock.monotonic() + OBSERVE_HEALTH_S).ok:
         return None
-    return diagnosis
+    return loop.rules.diagnose(without_echoes(crashes) or crashes, loop.context)
 
 
 def record_observed(loop: Loop, crashes: tuple[Crash, ...], diagnosis) -> None:
