@@ -6,10 +6,13 @@ Code path timed: the real `ddtreed.loop.daemon.Daemon` (built from a real config
 serves HTTP. On cue (SIGUSR2) the service writes the founding traceback of its two TP ranks (the
 last exception line in a second write), stamps the time that write returned and dies (SIGKILL, as
 SGLang's launcher ends the tree after a rank's traceback). The daemon does
-what it always does: `ServiceRun.pump(0.2)` (follower, assembler, milestones) → `handle_crash`:
-`RuleSet.diagnose` → the first write for the crash: `DurableStore.open_incident` for a new
-incident, `record_recurrence` for the next crash of an incident still open (policy `off` leaves it
-open, so within `restart_window_s` every other cue is one) → `DurableStore.make_durable`.
+what it always does: `ServiceRun.pump(0.2)` (follower, assembler, milestones) → `observed`
+(crash text from a live service waits for its exit) → `handle_crash`: the first write for the
+crash: `DurableStore.open_incident` for a new incident, `record_recurrence` for the next crash of
+an incident still open (policy `off` leaves it open, so within `restart_window_s` every other cue
+is one) → `RuleSet.diagnose` and, for a new incident, `set_diagnosis` → `DurableStore.make_durable`.
+(Since session 15 the ranks' one signature is recorded before the rules run; up to 111ddf0 the
+diagnosis came first, and was usually already made during the exit wait.)
 
 Two points are timed, and printed apart so that neither is read for the other:
 - `detect_*`: the row COMMITTED. Since session 7 that commit is WAL `synchronous=NORMAL` (no
