@@ -95,3 +95,51 @@ def test_only_crashes_of_one_signature_are_recorded_before_their_diagnosis():
     assert signature is not None and signature.params["n0"] == 8  # ranks and numbers normalised away
     other = (same[0], _crash("CUDA error: an illegal memory access was encountered", "TP1"))
     assert sole_signature(other) is None  # which one is the cause is the rules' call
+
+
+class _DyingService:
+    """A live service that read as crash text, then exits after `turns` polls."""
+
+    def __init__(self, turns: int):
+        self.turns = turns
+
+    def poll(self):
+        from ddtreed.records import ExitStatus
+
+        self.turns -= 1
+        return ExitStatus(code=1, signal=None) if self.turns < 0 else None
+
+
+class _Rules:
+    def __init__(self):
+        self.calls = 0
+
+    def diagnose(self, crashes, context=None):
+        self.calls += 1
+        raise RuntimeError("a rule's bug")
+
+
+def test_a_failing_diagnosis_of_live_text_does_not_stop_the_wait_for_the_exit():
+    """The early diagnosis of live crash text (made while the service exits) fails: the failure
+    is logged, the wait goes on, and the exit confirms the crash (observed() says "not observed":
+    handle_crash comes next, which records the crash before it asks the rules again)."""
+    from ddtreed.loop import incident_path
+    from ddtreed.testing import FakeClock as Clock
+
+    clock = Clock()
+
+    class Loop:
+        service = _DyingService(turns=3)
+        rules = _Rules()
+        context = None
+
+        def __init__(self):
+            self.clock = clock
+
+        def wait(self, seconds, condition=lambda: False, sleep=None):
+            clock.sleep(seconds)
+
+    loop = Loop()
+    crashes = (_crash("size of tensor a (8) must match b (33)", "TP0"),)
+    assert incident_path.observed(loop, crashes) is False  # a crash: handle_crash follows
+    assert loop.rules.calls == 1

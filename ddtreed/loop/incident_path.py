@@ -278,8 +278,13 @@ def _confirmed(loop: Loop, crashes: tuple[Crash, ...], lost_member: Callable[[],
     failed); else the text's diagnosis, for the `observed` incident."""
     if loop.service.poll() is not None or lost_member():
         return None
-    # Not diagnosed yet: a dying service's exit is seen the moment it comes (its incident is
-    # recorded, then diagnosed: handle_crash); only text the service outlives needs the rules here.
+    # Diagnosed now, while the service (if it is dying) exits: the incident's own diagnosis of the
+    # same crashes (handle_crash, after its row) is this one (RuleSet keeps its last). A diagnosis
+    # that fails here does not stop the wait: handle_crash records the crash, then asks again.
+    try:
+        loop.rules.diagnose(without_echoes(crashes) or crashes, loop.context)
+    except Exception as error:  # noqa: BLE001 - the crash is recorded before its diagnosis is retried
+        log.error("diagnosis_failed", error=repr(error), hint="the crash is recorded first; diagnosed again after")
     exited = lambda: loop.service.poll() is not None  # noqa: E731
     until_exit = getattr(loop.service, "sleep_until_exit", None)  # its pidfd: the exit ends the slice
     deadline, slices = loop.clock.monotonic() + OBSERVE_SETTLE_S, 0
