@@ -8,7 +8,13 @@ anything to the service. What this buys: the rules' time (0.9-1.8 ms for the fou
 a daemon whose caches went cold while it idled) is no longer between the crash and its record,
 and a diagnosis that fails (a bug in a rule, an exhausted regex budget) loses no crash.
 Crashes of different errors are diagnosed first, as before: which one is the cause, and so the
-incident's signature, is the rules' call.
+incident's signature, is the rules' call. Crash text read from a live service is still diagnosed
+while the service exits (that wait hides the rules' time; handle_crash then reuses the result);
+a diagnosis that fails there is logged and the wait goes on.
+
+Measured (docs/performance.md, session 15): no change to detection (the row waits for the
+service's exit either way) and none to the durable point; what this buys is that no crash is
+lost to a failing diagnosis.
 
 The real loop, rules and SQLite store on a fake host (tests/test_loop_middle.py's harness).
 """
@@ -23,7 +29,7 @@ import pytest
 from ddtreed.loop.daemon import EXIT_OK
 from ddtreed.loop.incident_path import sole_signature
 from ddtreed.records import Crash, Frame
-from ddtreed.testing import Launch, crashing
+from ddtreed.testing import crashing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_loop_middle import Loop  # noqa: E402
