@@ -4,17 +4,15 @@ When every crash of a group has one signature (the ranks printed the same error:
 crash on 2 or 8 ranks), the incident's fingerprint does not depend on which crash the rules
 choose, so the crash path commits the incident's row first and diagnoses it after; the diagnosis
 joins the row before the one fdatasync that makes both durable, and before the daemon does
-anything to the service. What this buys: the rules' time (0.9-1.8 ms for the founding crash in
-a daemon whose caches went cold while it idled) is no longer between the crash and its record,
-and a diagnosis that fails (a bug in a rule, an exhausted regex budget) loses no crash.
+anything to the service. A diagnosis that fails (a bug in a rule, an exhausted regex budget)
+loses no crash: the row is there for the next start, whose recovery closes the incident.
 Crashes of different errors are diagnosed first, as before: which one is the cause, and so the
 incident's signature, is the rules' call. Crash text read from a live service is still diagnosed
 while the service exits (that wait hides the rules' time; handle_crash then reuses the result);
 a diagnosis that fails there is logged and the wait goes on.
 
 Measured (docs/performance.md, session 15): no change to detection (the row waits for the
-service's exit either way) and none to the durable point; what this buys is that no crash is
-lost to a failing diagnosis.
+service's exit either way) and none to the durable point.
 
 The real loop, rules and SQLite store on a fake host (tests/test_loop_middle.py's harness).
 """
