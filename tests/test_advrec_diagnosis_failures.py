@@ -1,0 +1,80 @@
+"""Adversary's tests of record-before-diagnosis (71e2591, f8206c3): the rules fail.
+
+The incident's row is committed before the rules judge a crash whose ranks printed one error;
+these tests make the rules raise and look at what the daemon then does: the order of the
+row's sync and the daemon's acts on the service (docs/incidents.md "Durability": nothing leaves
+the daemon before `make_durable`), what `ddtreed incidents show` says of a crash the rules never
+judged, and what a rules failure does to a healthy service that printed crash text.
+
+The real loop, rules and SQLite store on a fake host (tests/test_loop_middle.py's harness).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddtreed.testing import crashing
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_loop_middle import Loop  # noqa: E402
+
+
+def _failing_rules(loop: Loop) -> None:
+    """The rules raise on every crash but the warm-up's synthetic one (a rule's bug)."""
+    rules = loop.daemon.rules
+    diagnose = rules.diagnose
+
+    def failing(crashes, context=None, *args, **kwargs):
+        if all(crash.source == "<warm-up>" for crash in crashes):
+            return diagnose(crashes, context, *args, **kwargs)
+        raise RuntimeError("a rule's bug")
+
+    rules.diagnose = failing  # type: ignore[method-assign]
+
+
+def _acts(loop: Loop) -> list[str]:
+    """What the daemon does, in order: the incident row committed ("row"), the WAL synced
+    ("durable"), a state published (the status snapshot: "state:NAME"), the service stopped."""
+    daemon, store = loop.daemon, loop.daemon.store
+    acts: list[str] = []
+
+    def watch(owner, name, label):
+        real = getattr(owner, name)
+
+        def watched(*args, **kwargs):
+            result = real(*args, **kwargs)
+            acts.append(label(*args) if callable(label) else label)
+            return result
+
+        setattr(owner, name, watched)
+
+    watch(store, "open_incident", "row")
+    watch(store, "make_durable", "durable")
+    watch(daemon.lifecycle, "enter", lambda state, *_: f"state:{state}")
+    real_stop = daemon.stop_service
+
+    def stop(reason, *args, **kwargs):
+        acts.append(f"stop:{reason}")
+        return real_stop(reason, *args, **kwargs)
+
+    daemon.stop_service = stop  # type: ignore[method-assign]
+    return acts
+
+
+def test_a_failing_diagnosis_still_syncs_the_row_before_the_daemon_stops_the_service(tmp_path):
+    """The rules raise after the row was committed (NORMAL, not synced): the daemon ends with the
+    error, and on its way out it publishes `stopping` and stops the service. The row must be
+    durable before that, as on every other path (the strace test's rule: at a signal to the
+    service, the -wal holds no write not synced after it)."""
+    loop = Loop(tmp_path, lambda argv, env, start: crashing(), policy={"mode": "off"})
+    _failing_rules(loop)
+    acts = _acts(loop)
+    with pytest.raises(RuntimeError, match="a rule's bug"):
+        loop.run()
+    assert "row" in acts, acts
+    after = acts[acts.index("row") + 1:]
+    first_act = next(index for index, act in enumerate(after) if act.startswith(("state:", "stop:")))
+    assert "durable" in after[:first_act], f"the daemon acted before the row was made durable: {acts}"
