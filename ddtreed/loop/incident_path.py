@@ -120,11 +120,13 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
             early = service_evidence(loop, crashes, exit_status, phase)
             recurrences = store.record_recurrence(incident_id, _recurrence_detail(early), early, durable=False)
         killpoint.reached("incident:committed")  # test hook: the row committed, not yet synced
-        if diagnosis is None:  # the rules' call, now that the crash is recorded (a recurrence keeps
-            diagnosis = loop.rules.diagnose(crashes, loop.context)  # its incident's diagnosis)
-            if recurring is None:
-                store.set_diagnosis(incident_id, crashes, diagnosis.signature, diagnosis.match, durable=False)
-        store.make_durable()
+        try:
+            if diagnosis is None:  # the rules' call, now that the crash is recorded (a recurrence
+                diagnosis = loop.rules.diagnose(crashes, loop.context)  # keeps its incident's diagnosis)
+                if recurring is None:
+                    store.set_diagnosis(incident_id, crashes, diagnosis.signature, diagnosis.match, durable=False)
+        finally:  # durable even when the rules fail: the daemon's way out publishes and stops the service
+            store.make_durable()
     finally:
         gcpause.resume()
     loop.lifecycle.enter("crashed", "service failed")  # published once the row exists: no writes before it
