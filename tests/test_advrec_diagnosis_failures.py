@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from ddtreed.testing import crashing
+from ddtreed.loop.daemon import EXIT_OK
+from ddtreed.testing import Launch, crashing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_loop_middle import Loop  # noqa: E402
+from test_loop_middle import HANDLED, Loop  # noqa: E402
 
 
 def _failing_rules(loop: Loop) -> None:
@@ -78,3 +79,21 @@ def test_a_failing_diagnosis_still_syncs_the_row_before_the_daemon_stops_the_ser
     after = acts[acts.index("row") + 1:]
     first_act = next(index for index, act in enumerate(after) if act.startswith(("state:", "stop:")))
     assert "durable" in after[:first_act], f"the daemon acted before the row was made durable: {acts}"
+
+
+def test_a_healthy_service_whose_crash_text_the_rules_cannot_judge_is_observed_not_stopped(tmp_path):
+    """Crash text from a live service that stays up and healthy is `observed`, whatever the
+    rules say of it; here they fail on it every time. The service must not be stopped for it
+    (the daemon ending with the rules' error stops it on the way out), and the text is recorded."""
+    loop = Loop(tmp_path, lambda argv, env, start: Launch(crash_after_s=30.0, crash_lines=HANDLED,
+                                                          crash_exit_code=None), stop_on=None)
+    _failing_rules(loop)
+    acts = _acts(loop)
+    loop.clock.at(loop.clock.monotonic() + 300.0, loop.daemon.request_stop)
+    assert loop.run() == EXIT_OK  # supervised until the stop asked for
+    assert [act for act in acts if act.startswith("stop:")] == ["stop:ddtreed stopping"]
+    assert loop.outcomes == [] and len(loop.host.launches) == 1  # never restarted
+    [incident] = loop.daemon.store.list_incidents()
+    assert incident["status"] == "observed"
+    assert loop.steps(incident["id"])[-1] == "observed"
+    assert "crashed" not in loop.daemon.lifecycle.history
