@@ -19,9 +19,9 @@ from ..config import Config
 from .lifecycle import Lifecycle
 from ..incidents.stderr_tail import describe_exit, evidence
 from ..ops.logsetup import incident_context
-from ..records import Application, Crash, ExitStatus, Outcome, ServiceContext, Signature, Verdict
+from ..records import Application, Crash, ExitStatus, Outcome, RuleMatch, ServiceContext, Signature, Verdict
 from ..remediation import Attempt, Engine, Launch
-from ..rules import RuleSet
+from ..rules import Diagnosis, RuleSet
 from ..signature import signature_of
 from ..service import gcpause, killpoint
 from ..health.serving import evidence_of, still_answering, without_echoes
@@ -297,7 +297,22 @@ def _confirmed(loop: Loop, crashes: tuple[Crash, ...], lost_member: Callable[[],
             return None
     if exited() or lost_member() or not loop.prober().health(loop.clock.monotonic() + OBSERVE_HEALTH_S).ok:
         return None
-    return loop.rules.diagnose(without_echoes(crashes) or crashes, loop.context)
+    judged = without_echoes(crashes) or crashes
+    try:
+        return loop.rules.diagnose(judged, loop.context)
+    except Exception as error:  # noqa: BLE001 - the service is up and healthy: its text is recorded, it is left alone
+        log.error("diagnosis_failed", error=repr(error), hint="a live, healthy service's crash text: recorded as "
+                                                              "observed without a diagnosis; the service is left alone")
+        return _undiagnosed(judged, error)
+
+
+def _undiagnosed(crashes: tuple[Crash, ...], error: Exception) -> Diagnosis:
+    """The diagnosis of text the rules failed on: category unknown, saying so, nothing to try."""
+    signature = signature_of(crashes[0])
+    match = RuleMatch(rule_id="", category="unknown", title="",
+                      diagnosis=f"not diagnosed: the rules failed on it ({type(error).__name__}: {error})",
+                      remediations=(), params=dict(signature.params))
+    return Diagnosis(match=match, signature=signature, crash=crashes[0], crashes=crashes)
 
 
 def record_observed(loop: Loop, crashes: tuple[Crash, ...], diagnosis) -> None:
