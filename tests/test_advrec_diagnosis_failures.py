@@ -97,3 +97,25 @@ def test_a_healthy_service_whose_crash_text_the_rules_cannot_judge_is_observed_n
     assert incident["status"] == "observed"
     assert loop.steps(incident["id"])[-1] == "observed"
     assert "crashed" not in loop.daemon.lifecycle.history
+
+
+def test_a_crash_the_rules_never_judged_does_not_say_no_rule_matched(tmp_path, capsys):
+    """The rules failed after the row (or the daemon was killed between the row and its
+    diagnosis): the incident is category `unknown` with only its `detected` step, and the next
+    start's recovery closes it. `ddtreed incidents show` must not tell a person that no rule
+    matched the crash: no rule was asked."""
+    from ddtreed.cli import main
+    from ddtreed.testing import healthy
+    from ddtreed.records import Healthy
+
+    loop = Loop(tmp_path, lambda argv, env, start: crashing(), policy={"mode": "off"})
+    _failing_rules(loop)
+    with pytest.raises(RuntimeError, match="a rule's bug"):
+        loop.run()
+    again = Loop(tmp_path, lambda argv, env, start: healthy(), stop_on=Healthy, policy={"mode": "off"})
+    assert again.run() == EXIT_OK  # the next start: recovery, then a healthy service
+    [incident] = again.daemon.store.list_incidents()
+    assert incident["category"] == "unknown" and incident["status"] != "open"  # closed by recovery
+    assert main(["incidents", "show", str(incident["id"]), "--state-dir", str(tmp_path / "state")]) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("incident "))
+    assert "no rule matched" not in header and "not diagnosed" in header, header
