@@ -119,3 +119,19 @@ def test_a_crash_the_rules_never_judged_does_not_say_no_rule_matched(tmp_path, c
     assert main(["incidents", "show", str(incident["id"]), "--state-dir", str(tmp_path / "state")]) == 0
     header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("incident "))
     assert "no rule matched" not in header and "not diagnosed" in header, header
+
+
+def test_a_daemon_ended_by_the_rules_error_does_not_say_its_restart_budget_was_spent(tmp_path):
+    """The rules fail on every crash: the daemon ends with the error (the row kept for the next
+    start). Its last status (what `ddtreed status` reads) must say why it ended, not that it
+    gave up on a restart budget it never spent (one start of five)."""
+    from ddtreed.ops.status import read_status
+
+    loop = Loop(tmp_path, lambda argv, env, start: crashing(), policy={"mode": "off"})
+    _failing_rules(loop)
+    with pytest.raises(RuntimeError, match="a rule's bug"):
+        loop.run()
+    status = read_status(str(tmp_path / "state"))
+    assert status is not None and status.state == loop.daemon.lifecycle.state
+    assert "restart budget" not in status.status_text, status.status_text
+    assert "a rule's bug" in status.status_text, status.status_text
