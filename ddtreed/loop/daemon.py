@@ -137,6 +137,9 @@ class Daemon:
         except Stopping:
             code = EXIT_OK
             return EXIT_OK
+        except Exception as error:  # a bug of ddtreed's (a rule's, say): its last status says so, not a budget
+            self.gave_up = f"ddtreed failed: {type(error).__name__}: {error}"[:300]
+            raise
         finally:
             self.close("stopped" if code == EXIT_OK else "gave-up")
 
