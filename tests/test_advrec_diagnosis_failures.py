@@ -135,3 +135,23 @@ def test_a_daemon_ended_by_the_rules_error_does_not_say_its_restart_budget_was_s
     assert status is not None and status.state == loop.daemon.lifecycle.state
     assert "restart budget" not in status.status_text, status.status_text
     assert "a rule's bug" in status.status_text, status.status_text
+
+
+def test_a_failing_diagnosis_of_ranks_with_different_errors_loses_no_crash_either(tmp_path):
+    """Ranks that printed different errors are diagnosed before their row (which one is the
+    cause is the rules' call). When the rules fail there, the crash must still be recorded for
+    the next start, as it is for ranks of one error: the daemon ends with the error either way."""
+    from ddtreed.testing import founding_traceback
+
+    other = tuple(line.replace("RuntimeError: The size of tensor a (8) must match the size of tensor b (33) at "
+                               "non-singleton dimension 0", "RuntimeError: CUDA error: an illegal memory access "
+                               "was encountered") for line in founding_traceback("TP1"))
+    loop = Loop(tmp_path, lambda argv, env, start: crashing(founding_traceback("TP0") + other),
+                policy={"mode": "off"})
+    _failing_rules(loop)
+    with pytest.raises(RuntimeError, match="a rule's bug"):
+        loop.run()
+    [incident] = loop.daemon.store.list_incidents()
+    whole = loop.incident(incident["id"])
+    assert sorted(whole["ranks"]) == ["TP0", "TP1"] and len(whole["tracebacks"]) == 2
+    assert [step["step"] for step in whole["steps"]] == ["detected"]
