@@ -103,11 +103,19 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
         # the disk (it survives a kill of the daemon); the diagnosis joins it, and both are made
         # durable (one fdatasync of the WAL: they survive a power cut) before anything leaves the
         # daemon: the status snapshot, a notification, the stop. docs/incidents.md "Durability".
-        signature = sole_signature(crashes)
-        diagnosis = loop.rules.diagnose(crashes, loop.context) if signature is None else None
-        signature = diagnosis.signature if diagnosis is not None else signature
         store = loop.store
         detected_at = min((c.detected_at for c in crashes if c.detected_at), default=None)
+        signature = sole_signature(crashes)
+        try:
+            diagnosis = loop.rules.diagnose(crashes, loop.context) if signature is None else None
+        except Exception:  # the rules failed on ranks of different errors: the crash is recorded all
+            # the same (under its first crash's signature, not diagnosed) for the next start, whose
+            # recovery closes it, before the error ends the daemon
+            store.open_incident("canary" if crashes[0].kind == "canary" else "crash", crashes,
+                                signature_of(crashes[0]), None, loop.context, detected_at=detected_at,
+                                service=service_name(loop))
+            raise
+        signature = diagnosis.signature if diagnosis is not None else signature
         recurring = store.open_incident_for(signature.fingerprint,
                                             active_since=loop.clock.time() - loop.config.policy.restart_window_s)
         if recurring is None:
