@@ -31,21 +31,22 @@ def test_a_daemon_killed_before_the_diagnosis_leaves_a_closed_undiagnosed_incide
     config = _config(directory)
     state = directory / "state"
     first = DaemonProcess(config, directory / "first.jsonl", env={KILL_AT: "incident:committed"})
+    second = None
     try:
         wait_for(lambda: first.process.poll() is not None, 60, what="the daemon to reach its kill point")
         assert first.process.returncode == -signal.SIGKILL
-    finally:
         first.kill()
-    with Store(database_path(state), create=False) as store:
-        [killed] = store.list_incidents()
-        assert killed["category"] == "unknown" and killed["rule_id"] is None  # the row, not yet judged
-    second = DaemonProcess(config, directory / "second.jsonl")
-    try:
+        with Store(database_path(state), create=False) as store:
+            [killed] = store.list_incidents()
+            assert killed["category"] == "unknown" and killed["rule_id"] is None  # the row, not yet judged
+        second = DaemonProcess(config, directory / "second.jsonl")
         wait_for(lambda: second.has("restart_budget_spent"), 90,
                  what="the next daemon to meet the crash again and give up")
     finally:
-        second.stop()
-        kill_service_sessions(directory)
+        first.kill()
+        if second is not None:
+            second.stop()
+        kill_service_sessions(directory)  # the first daemon's service outlived it (until the second's recovery)
     with Store(database_path(state), create=False) as store:
         old, new = sorted(store.list_incidents(), key=lambda row: row["id"])
         story = store.get(old["id"])
