@@ -83,9 +83,6 @@ class Daemon:
         """Stop as SIGTERM would: safe from any thread or from a subscriber."""
         self.signals.put(signal.SIGTERM)
 
-    def install_signal_handlers(self) -> None:
-        self.signals.install()
-
     def stop_asked(self) -> bool:
         """A stop is queued: an HTTP probe or canary request in flight gives up at once."""
         return self.signals.stop_asked
