@@ -72,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
         # stdout: journald under systemd (JSON), readable lines on a terminal
         configure(json_output=None if args.log_format is None else args.log_format == "json")
         daemon = _daemon(config)
-        daemon.install_signal_handlers()
+        daemon.signals.install()  # handlers only enqueue: the loop acts between steps
         pid_file = Path(config.paths.state_dir) / "ddtreed.pid"  # `fleet rules push` signals this pid
         write_atomic(str(pid_file), f"{os.getpid()}\n".encode(), mode=0o644)
         try:
@@ -112,7 +112,7 @@ def _demo(args: argparse.Namespace) -> int:
     _say(args, f"demo: state and logs in {demo_dir}; config {config_path}")
     _say(args, "demo: launching the demo DDTree service (block 8, budget 32) under ddtreed …")
     daemon = _daemon(config)
-    daemon.install_signal_handlers()
+    daemon.signals.install()  # handlers only enqueue: the loop acts between steps
     stop_on(daemon, Healthy if args.preflight else Outcome)  # one incident (or the prevented start), then stop
     timer = threading.Timer(args.timeout, daemon.request_stop)
     timer.start()

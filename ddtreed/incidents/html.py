@@ -12,7 +12,7 @@ import html
 from typing import Any, Iterable, Mapping
 
 from .stderr_tail import describe_exit
-from .views import STATUS_MEANS, _short_param, fill_numbers, flag_changes, seconds, when
+from .views import STATUS_MEANS, _short_param, fill_numbers, flag_changes, seconds, unmatched, when
 
 WIDTH, LEFT, RIGHT = 980, 130, 24
 LANE_H = 46
@@ -303,7 +303,7 @@ def _facts(incident: Mapping[str, Any]) -> str:
             f"{_e(STATUS_MEANS.get(incident['status'], ''))}",
         ),
         ("category", _e(incident["category"])),
-        ("rule", _e(incident.get("rule_id") or "no rule matched")),
+        ("rule", _e(incident.get("rule_id") or unmatched(incident))),
         ("source", _e(incident["source"])),
         ("started", _e(when(incident["started_at"]))),
     ]

@@ -117,7 +117,7 @@ def render_incident(incident: Mapping[str, Any], colour: bool = False) -> str:
 
 def _header(incident: Mapping[str, Any], colour: bool) -> list[str]:
     status = incident["status"]
-    rule = f"rule {incident['rule_id']}" if incident.get("rule_id") else "no rule matched"
+    rule = f"rule {incident['rule_id']}" if incident.get("rule_id") else unmatched(incident)
     lines = [f"incident {incident['id']}: {paint(status, status, colour)}  {incident['category']}  ({rule})"]
     lines += field("means", STATUS_MEANS.get(status, status))
     service = f" on {incident['service']}" if incident.get("service") else ""
@@ -142,6 +142,13 @@ def _header(incident: Mapping[str, Any], colour: bool) -> list[str]:
         error = ": ".join(part for part in (incident.get("exception"), incident.get("message")) if part)
         lines += field("error", error)
     return lines
+
+
+def unmatched(incident: Mapping[str, Any]) -> str:
+    """What an incident without a rule says of it: the rules found none ("no rule matched", the
+    title every diagnosis has), or they never judged it (no title: the crash's row is recorded
+    before its diagnosis, and the rules failed or ddtreed died in between)."""
+    return "no rule matched" if incident.get("title") else "not diagnosed"
 
 
 def _evidence(record: Mapping[str, Any] | None) -> list[str]:

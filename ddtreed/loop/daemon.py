@@ -83,9 +83,6 @@ class Daemon:
         """Stop as SIGTERM would: safe from any thread or from a subscriber."""
         self.signals.put(signal.SIGTERM)
 
-    def install_signal_handlers(self) -> None:
-        self.signals.install()
-
     def stop_asked(self) -> bool:
         """A stop is queued: an HTTP probe or canary request in flight gives up at once."""
         return self.signals.stop_asked
@@ -137,6 +134,9 @@ class Daemon:
         except Stopping:
             code = EXIT_OK
             return EXIT_OK
+        except Exception as error:  # a bug of ddtreed's (a rule's, say): its last status says so, not a budget
+            self.gave_up = f"ddtreed failed: {type(error).__name__}: {error}"[:300]
+            raise
         finally:
             self.close("stopped" if code == EXIT_OK else "gave-up")
 

@@ -19,9 +19,9 @@ from ..config import Config
 from .lifecycle import Lifecycle
 from ..incidents.stderr_tail import describe_exit, evidence
 from ..ops.logsetup import incident_context
-from ..records import Application, Crash, ExitStatus, Outcome, ServiceContext, Signature, Verdict
+from ..records import Application, Crash, ExitStatus, Outcome, RuleMatch, ServiceContext, Signature, Verdict
 from ..remediation import Attempt, Engine, Launch
-from ..rules import RuleSet
+from ..rules import Diagnosis, RuleSet
 from ..signature import signature_of
 from ..service import gcpause, killpoint
 from ..health.serving import evidence_of, still_answering, without_echoes
@@ -103,11 +103,19 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
         # the disk (it survives a kill of the daemon); the diagnosis joins it, and both are made
         # durable (one fdatasync of the WAL: they survive a power cut) before anything leaves the
         # daemon: the status snapshot, a notification, the stop. docs/incidents.md "Durability".
-        signature = sole_signature(crashes)
-        diagnosis = loop.rules.diagnose(crashes, loop.context) if signature is None else None
-        signature = diagnosis.signature if diagnosis is not None else signature
         store = loop.store
         detected_at = min((c.detected_at for c in crashes if c.detected_at), default=None)
+        signature = sole_signature(crashes)
+        try:
+            diagnosis = loop.rules.diagnose(crashes, loop.context) if signature is None else None
+        except Exception:  # the rules failed on ranks of different errors: the crash is recorded all
+            # the same (under its first crash's signature, not diagnosed) for the next start, whose
+            # recovery closes it, before the error ends the daemon
+            store.open_incident("canary" if crashes[0].kind == "canary" else "crash", crashes,
+                                signature_of(crashes[0]), None, loop.context, detected_at=detected_at,
+                                service=service_name(loop))
+            raise
+        signature = diagnosis.signature if diagnosis is not None else signature
         recurring = store.open_incident_for(signature.fingerprint,
                                             active_since=loop.clock.time() - loop.config.policy.restart_window_s)
         if recurring is None:
@@ -120,11 +128,13 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
             early = service_evidence(loop, crashes, exit_status, phase)
             recurrences = store.record_recurrence(incident_id, _recurrence_detail(early), early, durable=False)
         killpoint.reached("incident:committed")  # test hook: the row committed, not yet synced
-        if diagnosis is None:  # the rules' call, now that the crash is recorded (a recurrence keeps
-            diagnosis = loop.rules.diagnose(crashes, loop.context)  # its incident's diagnosis)
-            if recurring is None:
-                store.set_diagnosis(incident_id, crashes, diagnosis.signature, diagnosis.match, durable=False)
-        store.make_durable()
+        try:
+            if diagnosis is None:  # the rules' call, now that the crash is recorded (a recurrence
+                diagnosis = loop.rules.diagnose(crashes, loop.context)  # keeps its incident's diagnosis)
+                if recurring is None:
+                    store.set_diagnosis(incident_id, crashes, diagnosis.signature, diagnosis.match, durable=False)
+        finally:  # durable even when the rules fail: the daemon's way out publishes and stops the service
+            store.make_durable()
     finally:
         gcpause.resume()
     loop.lifecycle.enter("crashed", "service failed")  # published once the row exists: no writes before it
@@ -295,7 +305,22 @@ def _confirmed(loop: Loop, crashes: tuple[Crash, ...], lost_member: Callable[[],
             return None
     if exited() or lost_member() or not loop.prober().health(loop.clock.monotonic() + OBSERVE_HEALTH_S).ok:
         return None
-    return loop.rules.diagnose(without_echoes(crashes) or crashes, loop.context)
+    judged = without_echoes(crashes) or crashes
+    try:
+        return loop.rules.diagnose(judged, loop.context)
+    except Exception as error:  # noqa: BLE001 - the service is up and healthy: its text is recorded, it is left alone
+        log.error("diagnosis_failed", error=repr(error), hint="a live, healthy service's crash text: recorded as "
+                                                              "observed without a diagnosis; the service is left alone")
+        return _undiagnosed(judged, error)
+
+
+def _undiagnosed(crashes: tuple[Crash, ...], error: Exception) -> Diagnosis:
+    """The diagnosis of text the rules failed on: category unknown, saying so, nothing to try."""
+    signature = signature_of(crashes[0])
+    match = RuleMatch(rule_id="", category="unknown", title="",
+                      diagnosis=f"not diagnosed: the rules failed on it ({type(error).__name__}: {error})",
+                      remediations=(), params=dict(signature.params))
+    return Diagnosis(match=match, signature=signature, crash=crashes[0], crashes=crashes)
 
 
 def record_observed(loop: Loop, crashes: tuple[Crash, ...], diagnosis) -> None:
