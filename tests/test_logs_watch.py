@@ -278,3 +278,38 @@ def test_polls_when_no_inotify_instance_can_be_made(tmp_path):
     assert "Too many open files" in unavailable or "temporary directory" in unavailable, unavailable
     assert report["changed"] is True and report["waited"] < 5.0
     assert report["lines"] == ["polled"]
+
+
+def test_a_flood_that_goes_on_is_held_back_its_longer_hold_pacing_begun_by_two_reads_is_not(log_path):
+    """Two close reads begin the pacing with the interval's hold; only a read that follows a
+    hold-off which found new lines waiting (the flood goes on) holds the next one back the
+    flood's longer hold. So a burst of lines (8 ranks' lines of one batch, 20 lines/s) is never
+    held more than the interval, and a flood costs one wake-up per flood hold."""
+    interval, flood = 0.3, 3.0
+    with Follower([log_path], min_read_interval_s=interval, flood_hold_s=flood) as follower:
+        append(log_path, CALM)
+        follower.read()
+        append(log_path, CALM)
+        follower.read()  # within the interval of the first (generous on a loaded box): pacing begins
+        read_at = time.monotonic()
+        append(log_path, CALM)
+        assert follower.wait(10.0) is True
+        held = time.monotonic() - read_at
+        assert interval - 0.01 <= held < flood - 0.5  # the interval's hold, not the flood's
+        assert follower.holds == 1
+        append(log_path, CALM)  # more came while it was held back: the flood goes on
+        follower.read()
+        read_at = time.monotonic()
+        append(log_path, CALM)
+        assert follower.wait(10.0) is True
+        assert time.monotonic() - read_at >= flood - 0.01  # now the flood's hold
+        assert follower.holds == 2
+        follower.read()  # it followed the flood's hold, which found the line waiting: still a flood
+        append(log_path, b"[2026-07-28 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n")
+        assert follower.wait(10.0) is True  # the price: a crash begun inside the flood waits its hold
+        assert follower.holds == 3
+        assert lines_of(follower.read())[0].endswith("Traceback (most recent call last):")
+        append(log_path, b'  File "/x/scheduler.py", line 9, in run\n')
+        assert follower.wait(10.0) is True
+        assert follower.holds == 3  # the header was read last: the rest of the crash is not held
+        assert lines_of(follower.read()) == ['  File "/x/scheduler.py", line 9, in run']

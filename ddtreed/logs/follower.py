@@ -33,7 +33,16 @@ TRUNCATION_MARKER = " [ddtreed: line truncated at {limit} bytes]"
 # one every 50 ms) are never held back, so a crash after ordinary traffic is read at once; a read
 # with an untagged line (a traceback body, a C++ abort), a traceback header or an unfinished line
 # is followed at once, flood or not.
+# A flood that goes on (the read came right after a hold-off that found new lines waiting) is
+# read every FLOOD_HOLD_S instead:
+# each wake-up costs the daemon ~0.45 ms of CPU whatever it reads, so at 1,000 lines/s 25
+# wake-ups a second instead of 50 is what keeps it under 2 % of a core. The price: a crash that
+# starts inside such a flood of calm lines is read up to FLOOD_HOLD_S late (its service's exit
+# still ends the hold at once). Pacing that two close reads began (8 ranks' lines of one batch,
+# the 20 lines/s of the detection benchmark) holds MIN_READ_INTERVAL_S only: session 5's 40 ms
+# cadence (fd42a4b) held those too, and was reverted for it (a854e26).
 MIN_READ_INTERVAL_S = 0.020
+FLOOD_HOLD_S = 0.040
 TRACEBACK_HEADER = "Traceback (most recent call last):"  # a tagged line that starts a crash's output
 # A line not starting "[<digit>" (SGLang's timestamp): the first line checked with `match`, the
 # others by a search that starts at a literal newline, which `re` finds with a character scan
@@ -89,7 +98,8 @@ class Follower:
 
     def __init__(self, paths: list[str], max_line_bytes: int = 65536, from_end: bool = False,
                  poll_interval_s: float = 0.25, max_bytes_per_read: int = 1024 * 1024,
-                 clock=time.time, min_read_interval_s: float | None = None):
+                 clock=time.time, min_read_interval_s: float | None = None,
+                 flood_hold_s: float | None = None):
         if max_line_bytes < 1:
             raise ValueError(f"max_line_bytes must be >= 1, got {max_line_bytes}")
         self.max_line_bytes = max_line_bytes
@@ -100,6 +110,8 @@ class Follower:
         self._sources = [_Source(os.path.abspath(p)) for p in paths]
         self._min_read_interval_s = (MIN_READ_INTERVAL_S if min_read_interval_s is None
                                      else min_read_interval_s)
+        # the hold in a flood that goes on: never shorter than the interval
+        self._flood_hold_s = max(self._min_read_interval_s, FLOOD_HOLD_S if flood_hold_s is None else flood_hold_s)
         self._next_read_at = 0.0  # monotonic; wait() holds a change back until then
         self._last_read_at = -1e9  # monotonic time of the last read
         self._paced = False  # the coming read follows a hold-off directly: a flood goes on
@@ -107,7 +119,7 @@ class Follower:
         self.holds = 0
         self.looks = 0  # reads that looked at every path again (lstat), not only at files written to
         # The last read, judged calm or not only when wait() needs it: a backlog never does.
-        self._unjudged: tuple[float, list[LogChunk]] | None = None
+        self._unjudged: tuple[float, list[LogChunk], bool] | None = None  # (read at, chunks, flood goes on)
         self._backlog = False  # a read stopped at max_bytes_per_read with data left
         self._orphaned = False  # a followed file is open but gone from its path: poll it
         self._watcher = DirectoryWatch({s.path for s in self._sources})
@@ -154,10 +166,11 @@ class Follower:
                 if source.path in due:
                     self._read_source(source, self._poll_written, chunks)
             watcher.modified.clear()
-        flood = self._paced or now - self._last_read_at < self._min_read_interval_s
+        going_on = self._paced  # right after a hold-off that found new lines: the flood goes on
+        flood = going_on or now - self._last_read_at < self._min_read_interval_s
         self._next_read_at, self._last_read_at, self._paced = 0.0, now, False
         self.reads += 1
-        self._unjudged = (now, chunks) if flood and self._maybe_calm(chunks) else None
+        self._unjudged = (now, chunks, going_on) if flood and self._maybe_calm(chunks) else None
         return chunks
 
     def _read_source(self, source: _Source, poll, chunks: list[LogChunk]) -> None:
@@ -275,10 +288,10 @@ class Follower:
         """The last read was calm (nothing of a crash in flight): hold the next one back."""
         if self._unjudged is None:
             return
-        read_at, chunks = self._unjudged
+        read_at, chunks, going_on = self._unjudged
         self._unjudged = None
         if all(map(_calm, chunks)):
-            self._next_read_at = read_at + self._min_read_interval_s
+            self._next_read_at = read_at + (self._flood_hold_s if going_on else self._min_read_interval_s)
 
     def _hold_off(self, deadline: float) -> bool:
         """After a calm read in a flood, sleep until `_next_read_at` without watching: a flood
