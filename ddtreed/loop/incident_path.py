@@ -105,24 +105,23 @@ def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus
         # daemon: the status snapshot, a notification, the stop. docs/incidents.md "Durability".
         store = loop.store
         detected_at = min((c.detected_at for c in crashes if c.detected_at), default=None)
+        source = "canary" if crashes[0].kind == "canary" else "crash"
         signature = sole_signature(crashes)
         try:
             diagnosis = loop.rules.diagnose(crashes, loop.context) if signature is None else None
         except Exception:  # the rules failed on ranks of different errors: the crash is recorded all
             # the same (under its first crash's signature, not diagnosed) for the next start, whose
             # recovery closes it, before the error ends the daemon
-            store.open_incident("canary" if crashes[0].kind == "canary" else "crash", crashes,
-                                signature_of(crashes[0]), None, loop.context, detected_at=detected_at,
-                                service=service_name(loop))
+            store.open_incident(source, crashes, signature_of(crashes[0]), None, loop.context,
+                                detected_at=detected_at, service=service_name(loop))
             raise
         signature = diagnosis.signature if diagnosis is not None else signature
         recurring = store.open_incident_for(signature.fingerprint,
                                             active_since=loop.clock.time() - loop.config.policy.restart_window_s)
         if recurring is None:
             incident_id = store.open_incident(
-                "canary" if crashes[0].kind == "canary" else "crash", crashes, signature,
-                diagnosis.match if diagnosis is not None else None, loop.context, detected_at=detected_at,
-                service=service_name(loop), durable=False)
+                source, crashes, signature, diagnosis.match if diagnosis is not None else None, loop.context,
+                detected_at=detected_at, service=service_name(loop), durable=False)
         else:  # a crash loop of one cause: the same incident again, counted (on disk before the stop,
             incident_id = recurring  # as a new incident's row is: a crash a power cut hides is none)
             early = service_evidence(loop, crashes, exit_status, phase)
@@ -291,8 +290,9 @@ def _confirmed(loop: Loop, crashes: tuple[Crash, ...], lost_member: Callable[[],
     # Diagnosed now, while the service (if it is dying) exits: the incident's own diagnosis of the
     # same crashes (handle_crash, after its row) is this one (RuleSet keeps its last). A diagnosis
     # that fails here does not stop the wait: handle_crash records the crash, then asks again.
+    judged = without_echoes(crashes) or crashes
     try:
-        loop.rules.diagnose(without_echoes(crashes) or crashes, loop.context)
+        loop.rules.diagnose(judged, loop.context)
     except Exception as error:  # noqa: BLE001 - the crash is recorded before its diagnosis is retried
         log.error("diagnosis_failed", error=repr(error), hint="the crash is recorded first; diagnosed again after")
     exited = lambda: loop.service.poll() is not None  # noqa: E731
@@ -305,7 +305,6 @@ def _confirmed(loop: Loop, crashes: tuple[Crash, ...], lost_member: Callable[[],
             return None
     if exited() or lost_member() or not loop.prober().health(loop.clock.monotonic() + OBSERVE_HEALTH_S).ok:
         return None
-    judged = without_echoes(crashes) or crashes
     try:
         return loop.rules.diagnose(judged, loop.context)
     except Exception as error:  # noqa: BLE001 - the service is up and healthy: its text is recorded, it is left alone
