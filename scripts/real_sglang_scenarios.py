@@ -714,13 +714,21 @@ def run(name: str, out: Path) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[0])
-    out.mkdir(parents=True, exist_ok=True)
-    names = list(SCENARIOS) if argv[1:] == ["all"] else argv[1:]
+    import argparse
+    parser = argparse.ArgumentParser(
+        description="Run ddtreed against real SGLang scenarios (device machine only); "
+                    "results go to OUT/results.json.")
+    parser.add_argument("out", metavar="OUT", help="directory for the scenarios' files and results.json")
+    parser.add_argument("names", metavar="SCENARIO", nargs="*",
+                        help=f"scenario names, or `all`; known: {', '.join(sorted(SCENARIOS))}")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    names = list(SCENARIOS) if args.names == ["all"] else args.names
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         print(f"unknown scenario(s) {unknown}; known: {sorted(SCENARIOS)}", file=sys.stderr)
         return 2
+    out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else []
     for name in names:
