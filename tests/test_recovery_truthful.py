@@ -77,6 +77,10 @@ def test_a_daemon_killed_before_any_fix_leaves_an_interrupted_incident_not_a_rev
     header = next(line for line in text.splitlines() if line.startswith("incident "))
     assert header.startswith(f"incident {killed['id']}: interrupted "), header
     assert "reverted" not in text and "mid-remediation" not in text, text
+    page = tmp_path / "incident.html"
+    assert main(["incidents", "show", str(killed["id"]), "--state-dir", str(state), "--html", str(page)]) == 0
+    assert '<span class="badge info">interrupted</span> ddtreed stopped before it closed' in page.read_text()
+    assert "mid-remediation" not in page.read_text()
     listed = _json(capsys, "incidents", "--state-dir", str(state), "--status", "interrupted", "--json")
     assert [row["id"] for row in listed] == [killed["id"]]
     # the daemon gave up (its exit code: not running); the counts are read all the same
@@ -93,7 +97,8 @@ def test_a_daemon_killed_before_any_fix_leaves_an_interrupted_incident_not_a_rev
 def test_recovery_reverts_only_what_was_applied_and_leaves_a_verified_fix_alone(tmp_path):
     """The real recover() on a real store and engine: incident 1 resolved by a verified flag fix,
     incident 2 open with no fix (killed while diagnosing), incident 3 open with a flag fix applied
-    but not verified (killed while probing it)."""
+    but not verified (killed while probing it), incident 4 open with its fix verified (killed
+    between marking the fix verified and closing the incident)."""
     state = tmp_path / "state"
     state.mkdir()
     store = Store(database_path(state))
@@ -115,6 +120,8 @@ def test_recovery_reverts_only_what_was_applied_and_leaves_a_verified_fix_alone(
     never_fixed = store.open_incident("crash", message="killed while diagnosing")
     unverified_incident = store.open_incident("crash", message="killed while probing its fix")
     unverified = apply(unverified_incident, "disable-cuda-graph")
+    held_incident = store.open_incident("crash", message="killed as its fix was found to hold")
+    store.mark_application(apply(held_incident), "verified")
 
     recover(engine, store, LocalHost(), str(state), None, None)
 
@@ -129,6 +136,9 @@ def test_recovery_reverts_only_what_was_applied_and_leaves_a_verified_fix_alone(
     assert [a["status"] for a in three["applications"]] == ["reverted"]
     assert "disable-cuda-graph" in three["outcome"] and "not verified" in three["outcome"], three["outcome"]
     assert store.application_entry(unverified)["status"] == "reverted"
+    four = store.get(held_incident)
+    assert four["status"] == "resolved" and "disable-cuda-graph held" in four["outcome"], four["outcome"]
+    assert [a["status"] for a in four["applications"]] == ["verified"]
     store.close()
 
 

@@ -24,7 +24,8 @@ LABEL = 12
 
 # What the end of an incident is called, by status (the time label of the headline block).
 ENDED_AS = {"resolved": "resolved", "reverted": "reverted", "escalated": "escalated",
-            "prevented": "prevented", "advised": "advised", "interrupted": "interrupted"}
+            "prevented": "prevented", "advised": "advised",
+            "interrupted": "closed"}  # by the next start's recovery (a label fits 11 characters)
 STATUS_MEANS = {
     "open": "in progress",
     "resolved": "fixed and verified",
