@@ -98,7 +98,8 @@ def test_recovery_reverts_only_what_was_applied_and_leaves_a_verified_fix_alone(
     """The real recover() on a real store and engine: incident 1 resolved by a verified flag fix,
     incident 2 open with no fix (killed while diagnosing), incident 3 open with a flag fix applied
     but not verified (killed while probing it), incident 4 open with its fix verified (killed
-    between marking the fix verified and closing the incident)."""
+    between marking the fix verified and closing the incident), incident 5 open after its fix
+    failed and the dead daemon itself reverted it (killed before trying the next)."""
     state = tmp_path / "state"
     state.mkdir()
     store = Store(database_path(state))
@@ -122,6 +123,8 @@ def test_recovery_reverts_only_what_was_applied_and_leaves_a_verified_fix_alone(
     unverified = apply(unverified_incident, "disable-cuda-graph")
     held_incident = store.open_incident("crash", message="killed as its fix was found to hold")
     store.mark_application(apply(held_incident), "verified")
+    failed_incident = store.open_incident("crash", message="killed after its fix failed and was reverted")
+    engine.revert(apply(failed_incident))
 
     recover(engine, store, LocalHost(), str(state), None, None)
 
@@ -139,6 +142,10 @@ def test_recovery_reverts_only_what_was_applied_and_leaves_a_verified_fix_alone(
     four = store.get(held_incident)
     assert four["status"] == "resolved" and "disable-cuda-graph held" in four["outcome"], four["outcome"]
     assert [a["status"] for a in four["applications"]] == ["verified"]
+    [step] = [step["detail"] for step in four["steps"] if step["step"] == "reconciled"]
+    assert "verified and stays" in step and "revert" not in step, step
+    five = store.get(failed_incident)
+    assert five["status"] == "reverted" and "reverted before" in five["outcome"], five["outcome"]
     store.close()
 
 

@@ -159,12 +159,13 @@ def _close(store, incident_id: int, said: list[str], undone: bool) -> None:
         applications = incident["applications"]
         if any(application["status"] == "applied" for application in applications):
             return
-        if not said:
-            store.add_step(incident_id, "reconciled", f"{STOPPED}; " + (
-                UNCHANGED if not applications else "its fix had been reverted before; the service starts "
-                "in its last verified configuration"))
         verified = [application["remediation_id"] for application in applications
                     if application["status"] == "verified"]
+        if not said:  # nothing done to its fixes now: the step says where they stood
+            store.add_step(incident_id, "reconciled", f"{STOPPED}; " + (
+                f"{', '.join(verified)} had been verified and stays" if verified else
+                "its fix had been reverted before; the service starts in its last verified configuration"
+                if applications else UNCHANGED))
         if verified:
             store.finish(incident_id, "resolved", f"{', '.join(verified)} held; ddtreed stopped before "
                          "it closed this incident; the fix stays" + "".join(f"; {s}" for s in said))
