@@ -178,13 +178,29 @@ class _Stages:
 
     def health(self) -> Verdict:
         deadline = self.clock.monotonic() + self.probe.health_timeout_s
-        return self._from_probe(self._answering(lambda: self.prober.health(deadline)))
+        return self._probed(lambda: self.prober.health(deadline))
 
     def generate(self) -> Verdict:
         probe = self.probe
         deadline = self.clock.monotonic() + probe.generate_timeout_s
-        return self._from_probe(self._answering(
-            lambda: self.prober.generate(probe.generate_prompt, probe.generate_max_new_tokens, deadline)))
+        return self._probed(
+            lambda: self.prober.generate(probe.generate_prompt, probe.generate_max_new_tokens, deadline))
+
+    def _probed(self, request: Callable[[], HealthResult]) -> Verdict:
+        """The probe's verdict. A probe the service's death cut short (its exit, a member of its
+        session gone: `ServiceRun.death`) fails at once, and the settle that follows reads what
+        the service wrote: the incident is the death, read within a second of it, not a
+        generation that waited out its timeout. A lost member that leaves neither crash text nor
+        an exit in that settle is no failure by itself (the project's rule: a loss confirms crash
+        text, it does not stand in for it): the probe is sent again under the same deadline."""
+        while True:
+            cuts = getattr(self.feed, "member_cuts", 0)
+            verdict = self._from_probe(self._answering(request))
+            if verdict.ok or verdict.crashes or verdict.exit_status is not None \
+                    or getattr(self.feed, "member_cuts", 0) == cuts:
+                return verdict
+            log.warning("probe.sent_again", stage=verdict.stage, detail=verdict.detail,
+                        hint="a member left the session without a crash line: the same probe, the same deadline")
 
     def _answering(self, request: Callable[[], HealthResult]) -> HealthResult:
         """Run a probe (up to a minute for a generation) while the loop keeps answering signals."""
