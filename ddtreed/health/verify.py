@@ -237,6 +237,8 @@ class _Stages:
     def _from_probe(self, result: HealthResult) -> Verdict:
         if result.ok:
             return Verdict(True, result.detail, accept_length=result.accept_length, stage=result.stage)
+        log.warning("verify.probe_failed", stage=result.stage, detail=result.detail,
+                    elapsed_s=round(result.elapsed_s, 3))  # "interrupted: …" says why it was cut
         feed = self.feed
         deadline = self.clock.monotonic() + CRASH_SETTLE_S
         groups: list[tuple[Crash, ...]] = []
