@@ -5,7 +5,8 @@
   member is named once, the session is listed at most once a second however often it is
   asked, and the main process' exit is named from then on;
 - verification: a probe cut for a lost member that leaves crash text is that crash; one that
-  leaves nothing (no text, no exit) is sent again, under the same deadline.
+  leaves nothing (no text, no exit) is sent again, under the same deadline; a canary cut short
+  carries the death's text; a service that exited under its probe is its exit, not `probe-failed`.
 The whole loop against a lingering 0.5.16-shaped launcher: tests/test_daemon_probe_cut.py."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from ddtreed.config import ProbeConfig
 from ddtreed.health.probes import Prober
 from ddtreed.health.verify import verify
 from ddtreed.loop.wiring import probe_interrupted
-from ddtreed.records import Crash, HealthResult, ServiceContext
+from ddtreed.loop.incident_path import probe_crash
+from ddtreed.records import Crash, ExitStatus, HealthResult, ServiceContext, Verdict
 from ddtreed.service.host import LocalHost
 from ddtreed.service.service_run import DEATH_CHECK_S, MEMBERS_FIRST_S, ServiceRun
 from ddtreed.testing import FakeClock
@@ -124,8 +126,8 @@ def test_death_names_a_lost_member_once_then_the_exit(tmp_path):
             run.close()
 
 
-CHILD_DEATH = Crash(kind="child-death", exception=None,
-                    message="Subprocess detokenizer (pid=7) crashed with exit code -9. Triggering SIGQUIT for cleanup...")
+CHILD_DEATH = Crash(kind="child-death", exception=None, message="Subprocess detokenizer (pid=7) crashed with "
+                                                                "exit code -9. Triggering SIGQUIT for cleanup...")
 
 
 class Feed:
@@ -206,3 +208,26 @@ def test_a_cut_generate_that_left_crash_text_is_that_crash():
 def test_a_cut_generate_that_left_nothing_is_sent_again():
     verdict, prober = verify_with([cut(()), ok])
     assert verdict.ok and prober.generates == 2  # a loss alone is no failure
+
+
+def test_a_canary_cut_by_a_death_carries_the_deaths_text():
+    clock = FakeClock()
+    feed = Feed(clock)
+
+    def canary(verdict: Verdict) -> Verdict:  # its requests cut: "could not run", no crash of its own
+        feed.text = (CHILD_DEATH,)
+        return Verdict(False, "canary could not run: interrupted: a member of the service's session died (pid 7)",
+                       stage="canary")
+
+    verdict = verify(feed, Prober2(feed, [ok]), clock, ProbeConfig(), ServiceContext(model_path="/m"), Baselines(),
+                     window=False, canary=canary)
+    assert not verdict.ok and verdict.stage == "canary" and verdict.crashes == (CHILD_DEATH,)
+
+
+def test_a_service_that_exited_under_its_probe_is_its_exit_not_a_probe_failure():
+    cut_short = Verdict(False, "generate probe failed: /generate: interrupted: the service's main process (pid 9) "
+                               "exited", exit_status=ExitStatus(code=None, signal=9), stage="generate")
+    crash = probe_crash(cut_short, 5.0)
+    assert crash.kind == "killed" and crash.message == "service killed by signal 9 without a traceback"
+    alive = Verdict(False, "generate probe failed: /generate: TimeoutError: no answer", stage="generate")
+    assert probe_crash(alive, 5.0).kind == "probe-failed"  # a live service's failed probe stays one

@@ -10,6 +10,7 @@ within the window, and the output canary (when given) passes.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any, Callable, Protocol
 
 import structlog
@@ -111,7 +112,7 @@ def verify(feed: LogFeed, prober: Prober, clock: Clock, probe: ProbeConfig, cont
     if verdict.ok and window:
         verdict = stages.window(verdict)
     if verdict.ok and canary is not None:
-        verdict = canary(verdict)
+        verdict = stages.settled(canary(verdict))  # its requests cut by a death: the death's text
     return verdict
 
 
@@ -239,15 +240,21 @@ class _Stages:
             return Verdict(True, result.detail, accept_length=result.accept_length, stage=result.stage)
         log.warning("verify.probe_failed", stage=result.stage, detail=result.detail,
                     elapsed_s=round(result.elapsed_s, 3))  # "interrupted: …" says why it was cut
+        return self.settled(Verdict(False, f"{result.stage} probe failed: {result.detail}", stage=result.stage))
+
+    def settled(self, verdict: Verdict) -> Verdict:
+        """A failed verdict with no crash of its own, with what the service wrote within
+        CRASH_SETTLE_S (or until it exited): a failed request usually means a crash."""
+        if verdict.ok or verdict.crashes:
+            return verdict
         feed = self.feed
         deadline = self.clock.monotonic() + CRASH_SETTLE_S
         groups: list[tuple[Crash, ...]] = []
-        while self.clock.monotonic() < deadline and not groups:  # a failed request usually means a crash
+        while self.clock.monotonic() < deadline and not groups:
             groups = feed.pump(0.1)
             if feed.poll() is not None:
                 break
         exit_status = feed.poll()
         if not groups and exit_status is not None:
             groups = [feed.drain()]
-        return Verdict(False, f"{result.stage} probe failed: {result.detail}", flatten(groups), exit_status,
-                       stage=result.stage)
+        return replace(verdict, crashes=flatten(groups), exit_status=exit_status)
