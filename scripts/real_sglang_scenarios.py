@@ -664,7 +664,92 @@ def scenario_servecrash(result: dict) -> Ddtreed:
     return d
 
 
+def probe_connections(pid: int, port: int) -> set[int]:
+    """Local ports of ddtreed's (pid's) TCP connections to the service port now: one per request in
+    flight (every probe request is its own `Connection: close` connection)."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        listed = process.net_connections(kind="tcp") if hasattr(process, "net_connections") \
+            else process.connections(kind="tcp")
+    except psutil.Error:
+        return set()
+    return {c.laddr.port for c in listed if c.raddr and c.raddr.port == port and c.status == "ESTABLISHED"}
+
+
+def wait_long_request(pid: int, port: int, held_s: float, timeout: float) -> float | None:
+    """Seconds until one of pid's connections to `port` has stayed open `held_s`, or None."""
+    started = time.monotonic()
+    first_seen: dict[int, float] = {}
+    while (now_s := time.monotonic()) - started < timeout:
+        open_now = probe_connections(pid, port)
+        first_seen = {p: first_seen.get(p, now_s) for p in open_now}
+        if any(now_s - at >= held_s for at in first_seen.values()):
+            return round(now_s - started, 3)
+        time.sleep(0.005)
+    return None
+
+
+def scenario_probekill(result: dict) -> Ddtreed:
+    """A detokenizer killed -9 while the loop's own post-incident verification /generate is in flight
+    (device run s15b: that request waited out generate_timeout_s, 60 s, and the crash was read then).
+
+    The scheduler is killed first (incident 1, relaunched, resolved "restarted; healthy"); the loop
+    then verifies the running service again (health, then /generate) before it watches it. That
+    /generate is found from ddtreed's side, not by timing: the probe asks for 3000 tokens (the
+    model's context is 4096), so it runs long on the tiny model where the 1-token /health_generate
+    before it lasts milliseconds, and the kill is sent once one of ddtreed's own connections to the
+    service port has stayed open 0.15 s after the state turned `running`. No canary (its requests
+    are requests of their own). Recorded: how long after the kill the detokenizer's incident was
+    detected (its row's `started_at`), and what the daemon logged about the probe it cut."""
+    d = Ddtreed("probekill", 30020, NGRAM, canary={"enabled": False},
+                probe={"generate_max_new_tokens": 3000, "generate_timeout_s": 60.0})
+    d.start()
+    result["ready_s"] = d.running()
+    pid = d.status().get("service_pid")
+    scheduler = child_named(pid, "sglang::scheduler") if pid else None
+    if scheduler is None:
+        result["error"] = f"no sglang::scheduler under pid {pid}"
+        return d
+    killed_at = time.time()
+    scheduler.send_signal(signal.SIGKILL)
+    resolved = d.running(300, after_start=killed_at)  # incident 1 resolved: its relaunch verified
+    result["kill_scheduler"] = {"pid": scheduler.pid, "healthy_again_s": resolved}
+    if resolved is None:
+        return d
+    pid = d.status().get("service_pid")
+    detokenizer = child_named(pid, "sglang::detokenizer")
+    in_flight = wait_long_request(d.proc.pid, d.port, held_s=0.15, timeout=30.0)
+    if detokenizer is None or in_flight is None:
+        result["kill_detokenizer"] = {"error": f"detokenizer {detokenizer}, verification /generate seen "
+                                               f"after {in_flight} s (None: not seen within 30 s)"}
+        return d
+    before = {i.get("id") for i in d.incidents()}
+    killed_at = time.time()
+    detokenizer.send_signal(signal.SIGKILL)
+    mark = time.monotonic()
+    noticed = d.wait(lambda s: s.get("current_incident_id") is not None or s.get("state") in
+                     ("diagnosing", "remediating", "restarting", "starting", "backoff"), 120,
+                     "detokenizer death noticed")
+    healthy = d.running(300, after_start=killed_at) if noticed is not None else None
+    added = [i for i in d.incidents() if i.get("id") not in before]
+    ours = [i for i in added if "detokenizer" in (i.get("message") or "")]
+    started = _epoch(ours[0].get("started_at")) if ours else None
+    said = [line.strip()[:300] for line in d.log.read_text(errors="replace").splitlines()
+            if "verify.probe_failed" in line or "probe.sent_again" in line]
+    result["kill_detokenizer"] = {
+        "pid": detokenizer.pid, "generate_in_flight_after_running_s": in_flight, "noticed_s": noticed,
+        "detected_after_kill_s": None if started is None else round(started - killed_at, 3),
+        "incident": ours[0].get("id") if ours else None, "kinds_added": [
+            [c.get("kind") for c in (i.get("tracebacks") or [])] for i in added],
+        "healthy_again_s": None if healthy is None else round(time.monotonic() - mark, 3),
+        "incidents_added": len(added), "probe_failed_lines": said[-5:]}
+    return d
+
+
 SCENARIOS = {
+    "probekill": scenario_probekill,
     "ngram": scenario_ngram,
     "dflash": scenario_dflash,
     "kvpool": scenario_kvpool,

@@ -102,9 +102,9 @@ def test_a_stop_request_reaches_the_probes_in_flight(tmp_path):
     daemon = Daemon(settings, wiring=build(settings, host=host, clock=clock, prober=Prober),
                     notifier=Notifier(None))
     prober = daemon.prober()
-    assert isinstance(prober, Prober) and prober.interrupted() is False
+    assert isinstance(prober, Prober) and prober.interrupted() == ""  # no reason to give up
     daemon.request_stop()
-    assert prober.interrupted() is True
+    assert prober.interrupted() == "ddtreed is stopping"  # the reason, which the probe's error names
 
 
 def test_a_recurrence_after_a_verified_fix_is_its_own_notification(tmp_path, receiver):

@@ -6,7 +6,9 @@ it is not urllib (its default opener sends 127.0.0.1 to a proxy named in the env
 
 A request is bounded as a whole: connect, send and every read share one absolute deadline, so a
 server trickling one byte a second cannot hold ddtreed longer than the budget. Reads are sliced
-(`SLICE_S`) and `interrupted()` is asked between slices, so a stop request ends a probe promptly.
+(`SLICE_S`) and `interrupted()` is asked between slices, so a stop request ends a probe promptly;
+its answer is the reason (True: "ddtreed is stopping"; a string: that, e.g. "the service exited"),
+and the failed request's error says it.
 The answer is capped at `max_body` bytes; a larger one (claimed or sent) is a failed request.
 """
 
@@ -26,6 +28,9 @@ MAX_BODY = 8 * 1024 * 1024  # /server_info and /generate are KBs; SGLang's /metr
 MAX_HEADER = 64 * 1024
 MAX_JSON_DEPTH = 64  # SGLang's answers nest 4 deep; deeper is hostile or broken
 SLICE_S = 0.2  # longest single wait, so `interrupted` is asked at least this often
+STOPPING = "ddtreed is stopping"  # the reason of a plain True from `interrupted()`
+
+Interrupted = Callable[[], bool | str]  # falsy: go on; True or a reason: give up now
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class Answer:
 
 def request(base_url: str, method: str, path: str, payload: Any, deadline: float,
             clock: Callable[[], float] = time.monotonic, *, max_body: int = MAX_BODY,
-            interrupted: Callable[[], bool] | None = None) -> Answer:
+            interrupted: Interrupted | None = None) -> Answer:
     """Send one request to `base_url` (http://host:port) and read the whole answer by `deadline`."""
     if clock() >= deadline:
         return Answer(None, error="deadline passed before the request")
@@ -73,9 +78,10 @@ class _Failed(Exception):
 
 
 def _wait_slice(sock: socket.socket, deadline: float, clock: Callable[[], float],
-                interrupted: Callable[[], bool] | None, received: int) -> None:
-    if interrupted is not None and interrupted():
-        raise _Failed("interrupted: ddtreed is stopping")
+                interrupted: Interrupted | None, received: int) -> None:
+    why = interrupted() if interrupted is not None else None
+    if why:
+        raise _Failed(f"interrupted: {why if isinstance(why, str) else STOPPING}")
     left = deadline - clock()
     if left <= 0:
         raise _Failed(f"TimeoutError: no complete answer within the deadline ({received} bytes received)")
@@ -83,7 +89,7 @@ def _wait_slice(sock: socket.socket, deadline: float, clock: Callable[[], float]
 
 
 def _send(sock: socket.socket, message: bytes, deadline: float, clock: Callable[[], float],
-          interrupted: Callable[[], bool] | None) -> None:
+          interrupted: Interrupted | None) -> None:
     view = memoryview(message)
     while view:
         _wait_slice(sock, deadline, clock, interrupted, 0)
@@ -95,7 +101,7 @@ def _send(sock: socket.socket, message: bytes, deadline: float, clock: Callable[
 
 
 def _receive(sock: socket.socket, deadline: float, clock: Callable[[], float], max_body: int,
-             interrupted: Callable[[], bool] | None) -> Answer:
+             interrupted: Interrupted | None) -> Answer:
     buffer = bytearray()
     header: _Head | None = None
     while True:

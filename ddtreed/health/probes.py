@@ -161,7 +161,7 @@ class Prober:
     """
 
     def __init__(self, base_url: str, clock: Callable[[], float] = time.monotonic,
-                 interrupted: Callable[[], bool] | None = None):
+                 interrupted: httpclient.Interrupted | None = None):
         self.base_url = base_url.rstrip("/")
         self._clock = clock
         self.interrupted = interrupted
@@ -230,7 +230,7 @@ class Prober:
 
 def request(base_url: str, method: str, path: str, payload: Any, deadline: float,
             clock: Callable[[], float] = time.monotonic,
-            interrupted: Callable[[], bool] | None = None) -> tuple[int | None, bytes, str]:
+            interrupted: httpclient.Interrupted | None = None) -> tuple[int | None, bytes, str]:
     """(HTTP status or None, body, error text): straight to the service, by `deadline` as a whole."""
     answer = httpclient.request(base_url, method, path, payload, deadline, clock, interrupted=interrupted)
     return answer.status, answer.body, answer.error

@@ -10,6 +10,7 @@ within the window, and the output canary (when given) passes.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any, Callable, Protocol
 
 import structlog
@@ -111,7 +112,7 @@ def verify(feed: LogFeed, prober: Prober, clock: Clock, probe: ProbeConfig, cont
     if verdict.ok and window:
         verdict = stages.window(verdict)
     if verdict.ok and canary is not None:
-        verdict = canary(verdict)
+        verdict = stages.settled(canary(verdict))  # its requests cut by a death: the death's text
     return verdict
 
 
@@ -178,13 +179,29 @@ class _Stages:
 
     def health(self) -> Verdict:
         deadline = self.clock.monotonic() + self.probe.health_timeout_s
-        return self._from_probe(self._answering(lambda: self.prober.health(deadline)))
+        return self._probed(lambda: self.prober.health(deadline))
 
     def generate(self) -> Verdict:
         probe = self.probe
         deadline = self.clock.monotonic() + probe.generate_timeout_s
-        return self._from_probe(self._answering(
-            lambda: self.prober.generate(probe.generate_prompt, probe.generate_max_new_tokens, deadline)))
+        return self._probed(
+            lambda: self.prober.generate(probe.generate_prompt, probe.generate_max_new_tokens, deadline))
+
+    def _probed(self, request: Callable[[], HealthResult]) -> Verdict:
+        """The probe's verdict. A probe the service's death cut short (its exit, a member of its
+        session gone: `ServiceRun.death`) fails at once, and the settle that follows reads what
+        the service wrote: the incident is the death, read within a second of it, not a
+        generation that waited out its timeout. A lost member that leaves neither crash text nor
+        an exit in that settle is no failure by itself (the project's rule: a loss confirms crash
+        text, it does not stand in for it): the probe is sent again under the same deadline."""
+        while True:
+            cuts = getattr(self.feed, "member_cuts", 0)
+            verdict = self._from_probe(self._answering(request))
+            if verdict.ok or verdict.crashes or verdict.exit_status is not None \
+                    or getattr(self.feed, "member_cuts", 0) == cuts:
+                return verdict
+            log.warning("probe.sent_again", stage=verdict.stage, detail=verdict.detail,
+                        hint="a member left the session without a crash line: the same probe, the same deadline")
 
     def _answering(self, request: Callable[[], HealthResult]) -> HealthResult:
         """Run a probe (up to a minute for a generation) while the loop keeps answering signals."""
@@ -221,15 +238,23 @@ class _Stages:
     def _from_probe(self, result: HealthResult) -> Verdict:
         if result.ok:
             return Verdict(True, result.detail, accept_length=result.accept_length, stage=result.stage)
+        log.warning("verify.probe_failed", stage=result.stage, detail=result.detail,
+                    elapsed_s=round(result.elapsed_s, 3))  # "interrupted: …" says why it was cut
+        return self.settled(Verdict(False, f"{result.stage} probe failed: {result.detail}", stage=result.stage))
+
+    def settled(self, verdict: Verdict) -> Verdict:
+        """A failed verdict with no crash of its own, with what the service wrote within
+        CRASH_SETTLE_S (or until it exited): a failed request usually means a crash."""
+        if verdict.ok or verdict.crashes:
+            return verdict
         feed = self.feed
         deadline = self.clock.monotonic() + CRASH_SETTLE_S
         groups: list[tuple[Crash, ...]] = []
-        while self.clock.monotonic() < deadline and not groups:  # a failed request usually means a crash
+        while self.clock.monotonic() < deadline and not groups:
             groups = feed.pump(0.1)
             if feed.poll() is not None:
                 break
         exit_status = feed.poll()
         if not groups and exit_status is not None:
             groups = [feed.drain()]
-        return Verdict(False, f"{result.stage} probe failed: {result.detail}", flatten(groups), exit_status,
-                       stage=result.stage)
+        return replace(verdict, crashes=flatten(groups), exit_status=exit_status)

@@ -88,7 +88,7 @@ class Daemon:
         return self.signals.stop_asked
 
     def prober(self) -> Prober:
-        return prober_for(self.wiring, self.context.port, self.stop_asked)
+        return prober_for(self.wiring, self.context.port, self.stop_asked, self.service)  # its death cuts a probe
 
     def notify_person(self, event: str, incident_id: int | None, extra: dict | None = None) -> None:
         """Run the [notify] hooks for `event` about this incident; never blocks (a worker delivers)."""

@@ -514,7 +514,11 @@ def synthetic_crash(exit_status: ExitStatus | None, now: float) -> Crash:
 
 
 def probe_crash(verdict: Verdict, now: float) -> Crash:
-    """A failed probe without any traceback, worded by its stage (rules may name `probe-failed`)."""
+    """A failed probe without any traceback, worded by its stage (rules may name `probe-failed`).
+    A service that exited under its health, generate or canary requests (cut short then) is
+    that exit, as the watch would have recorded it: the probe's failure is no incident of its own."""
+    if verdict.exit_status is not None and verdict.stage in ("health", "generate", "canary"):
+        return synthetic_crash(verdict.exit_status, now)
     return Crash(kind="probe-failed", exception=None, message=verdict.detail, detected_at=now)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import structlog
 
@@ -105,12 +105,26 @@ def service_context(wiring: Wiring, argv: list[str]):
     return context_of(replace(config, service=replace(config.service, argv=tuple(argv))), wiring.host)
 
 
-def prober_for(wiring: Wiring, port: int, interrupted: Callable[[], bool]) -> Prober:
-    """The prober of the service on `port`; a real one gives up at once when `interrupted()`."""
+def prober_for(wiring: Wiring, port: int, stop_asked: Callable[[], bool], service: Any = None) -> Prober:
+    """The prober of the service on `port`. A real one gives up within a slice of its wait when
+    ddtreed is to stop, or when `service` (the launch it probes, a ServiceRun) is dying under it
+    (`service.death()`: its main process exited, a member of its session died); the failed
+    request says which. Every probe the loop sends goes through here: start-up, verification,
+    acceptance, canary, the serving watch, the health probe that confirms crash text."""
     prober = wiring.prober(wiring.host.http_base_url(wiring.config.service.host, port))
     if isinstance(prober, Prober):
-        prober.interrupted = interrupted
+        prober.interrupted = probe_interrupted(stop_asked, getattr(service, "death", None))
     return prober
+
+
+def probe_interrupted(stop_asked: Callable[[], bool], death: Callable[[], str] | None) -> Callable[[], str]:
+    """Why a probe in flight gives up now ("" while it waits on): the stop first, then a death."""
+    def interrupted() -> str:
+        if stop_asked():
+            return "ddtreed is stopping"
+        return death() if death is not None else ""
+
+    return interrupted
 
 
 def reload_config(current: Config) -> Config:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import select
+import threading
 from collections import deque
 from dataclasses import replace
 from typing import Callable
@@ -33,6 +34,7 @@ DRAIN_MAX_S = 3.0  # ...or after this long at most (a remote tail can lag)
 MEMBERS_EVERY_S = 5.0  # a serving local service's session is listed this often (one /proc pass)...
 MEMBERS_FIRST_S = 1.0  # ...the second time this soon after the first (its members known early)
 LOST_MEMBER_S = 30.0  # a process that left the session this long ago no longer confirms crash text
+DEATH_CHECK_S = 1.0  # while a probe waits, the session is listed (a /proc pass) at most this often
 
 
 class ServiceRun:
@@ -62,6 +64,12 @@ class ServiceRun:
         self._members_at = float("-inf")
         self._listing_deferred = False  # a listing due on a crash's turn waits for the next turn
         self._lost: dict[int, float] = {}  # processes that left the session since: pid -> when seen gone
+        # The listings are made by the pump and by `death()`, which a probe's thread asks: one at a
+        # time, and each replaces the sets and the dict above (never changed in place), so
+        # `lost_member()` on the loop thread reads a whole one.
+        self._listing = threading.Lock()
+        self._reported: frozenset[int] = frozenset()  # lost members `death()` has cut a probe for
+        self.member_cuts = 0  # probes `death()` cut for a lost member (verify sends such a probe again)
 
     @property
     def output(self) -> ServiceOutput:
@@ -161,12 +169,16 @@ class ServiceRun:
         """Every MEMBERS_EVERY_S from the ready line on: a process listed twice in a row is a member (a
         scheduler, the detokenizer; not a compiler run that came and went); one that left the
         session is remembered for LOST_MEMBER_S."""
+        with self._listing:
+            self._list_members_now()
+
+    def _list_members_now(self) -> None:
         current, now = self._session(), self.clock.monotonic()
         self._members_at = now
         if current is None:
             return
-        self._lost.update((pid, now) for pid in self._stable - current)
-        self._lost = {pid: at for pid, at in self._lost.items() if now - at < LOST_MEMBER_S}
+        lost = {**self._lost, **{pid: now for pid in self._stable - current}}
+        self._lost = {pid: at for pid, at in lost.items() if now - at < LOST_MEMBER_S}
         known = bool(self._stable)
         self._stable, self._members = self._members & current, current
         if self._stable and not known:
@@ -183,6 +195,45 @@ class ServiceRun:
         if current is None:
             return False
         return any(now - at < LOST_MEMBER_S for at in self._lost.values()) or bool(self._stable - current)
+
+    def death(self) -> str:
+        """Why a probe of this launch in flight should give up now; "" while the service may still
+        answer it. Its main process exited, or (from the ready line on) a member of its session
+        left it: real 0.5.16's launcher outlives a dead detokenizer or scheduler for a minute and
+        more (its coredump wait), and a request sent just then is never answered (device run
+        s15b). The HTTP client asks this between its 0.2 s slices, from whichever thread runs the
+        probe: the exit is a poll of the pidfd (no waitpid, nothing reaped), the session is
+        listed (one /proc pass, as the pump's own listing, which it stands in for) at most once
+        per DEATH_CHECK_S. A lost member cuts one probe: verification then reads the logs, and
+        a probe sent again is cut only by another loss or the exit."""
+        process = self.supervisor.process
+        if process is None or self._closed:
+            return ""
+        if self._exited(process):
+            return f"the service's main process (pid {process.pid}) exited"
+        if self.serving is None and not self.milestones.ready:
+            return ""  # starting: its processes come and go, none is a member yet
+        with self._listing:
+            if self.clock.monotonic() - self._members_at < DEATH_CHECK_S:
+                return ""
+            self._list_members_now()
+            new = set(self._lost) - self._reported
+            if not new:
+                return ""
+            self._reported |= new
+            self.member_cuts += 1
+        return f"a member of the service's session died (pid {', '.join(map(str, sorted(new)))})"
+
+    def _exited(self, process) -> bool:
+        """The main process has ended (any thread): its pidfd is readable; without one, a local
+        process' poll (subprocess' own lock makes that safe); elsewhere not told here."""
+        pidfd = getattr(process, "pidfd", None)
+        if pidfd is not None:
+            try:
+                return bool(select.select([pidfd], [], [], 0)[0])
+            except (OSError, ValueError):  # closed under us: the run is over
+                return False
+        return getattr(self.host, "local", False) and process.poll() is not None
 
     def poll(self) -> ExitStatus | None:
         """The service's exit status once it ended. No waitpid when the last wait polled its

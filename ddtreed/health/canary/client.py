@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..probes import request
-from ..httpclient import count, json_object, number
+from ..httpclient import Interrupted, count, json_object, number
 
 # Prometheus gauges SGLang exports with --enable-metrics; their sum is the service's load.
 _LOAD_GAUGES = re.compile(r"^sglang:num_(?:running|queue)_reqs(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
@@ -31,11 +30,12 @@ class Generation:
 
 
 def generate(base_url: str, prompt: str, max_new_tokens: int, deadline: float,
-             interrupted: Callable[[], bool] | None = None,
+             interrupted: Interrupted | None = None,
              cache_namespace: str | None = None) -> Generation:
     """POST /generate with temperature 0 and a fixed token count; `deadline` is time.monotonic().
 
-    `interrupted()` true (a stop was requested) ends the request within a fraction of a second.
+    `interrupted()` true (a stop was requested) or a reason (the service died) ends the request
+    within a fraction of a second; its error then says why.
     `cache_namespace` is sent as SGLang's `extra_key`: the radix (prefix) cache keeps each
     namespace apart, so the request shares no cached prefix with any other (a cold prefill, as
     when its golden was recorded) and leaves none for serving traffic. Servers without the field
@@ -68,7 +68,7 @@ def generate(base_url: str, prompt: str, max_new_tokens: int, deadline: float,
         completion_tokens=count(meta.get("completion_tokens")), elapsed_s=elapsed)
 
 
-def service_load(base_url: str, deadline: float, interrupted: Callable[[], bool] | None = None) -> int | None:
+def service_load(base_url: str, deadline: float, interrupted: Interrupted | None = None) -> int | None:
     """Running plus queued requests from /metrics; None when the service does not export them."""
     status, body, _ = request(base_url, "GET", "/metrics", None, deadline, interrupted=interrupted)
     if status != 200:
