@@ -212,3 +212,24 @@ def test_every_scenario_of_the_last_runs_ended_in_the_state_it_should():
         assert result["stop"]["rc"] == 0 and result["gpu_after"] == [], (run, scenario)
         facts = result["service_log_facts"]
         assert facts["draining"] and not facts["scheduler_killed_by_sigterm"], (run, scenario)
+
+
+def test_run_s16b_child_kills_assemble_to_the_deaths_and_the_quoted_crash_to_nothing():
+    """Run s16b (probekill, servecrash): each killed child is the first crash of its launch, the
+    launcher's SIGQUIT line after it is not; a prompt quoting a crash (logged by --log-requests)
+    assembles to nothing, the injected scheduler exception to its traceback."""
+    firsts = []
+    for lines in launches("probekill-s16b"):
+        tracker, groups, _ = replay(lines)
+        assert tracker.ready
+        firsts += [(group[0].kind, group[0].message.split(" (pid=")[0], group[0].exit_code)
+                   for group in groups[:1]]
+    assert sorted(firsts) == [("child-death", "Subprocess detokenizer", -9),
+                              ("child-death", "Subprocess scheduler_0", -9)]
+    lines = gzip.decompress((RUN / "servecrash-s16b.service.log.gz").read_bytes()).decode().splitlines()
+    quoted = [line for line in lines if "Please explain this log" in line]
+    assert quoted and all("obj=GenerateReqInput(" in line for line in quoted)  # the request log's lines
+    assert replay(quoted)[1] == []
+    firsts = [(group[0].kind, group[0].exception, group[0].message) for group in replay(lines)[1]]
+    assert firsts[0] == ("traceback", "RuntimeError", "CUDA error: an illegal memory access was encountered")
+    assert all(kind != "traceback" for kind, _, _ in firsts[1:])  # the SIGQUIT line after it, no echo
