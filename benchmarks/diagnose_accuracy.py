@@ -45,7 +45,10 @@ def load_entries(corpus: Path = CORPUS) -> list[dict]:
             continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if line.strip():
-                entry = json.loads(line)
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise SystemExit(f"{path}:{number}: not a JSON object ({error.msg})") from None
                 entry["_file"] = name
                 entries.append(entry)
     return entries
@@ -96,6 +99,39 @@ def predictor():
         return diagnoses[0].match.category if diagnoses else "none"
 
     return predict
+
+
+def load_audit(corpus: Path = CORPUS) -> dict[str, dict]:
+    """The blind text audit (`text-audit.json`): id -> {"verdict": "reachable"|"unreachable", "reason"}.
+
+    Auditors saw only a report's `text` and its label, shuffled across both parts under opaque keys,
+    never the diagnoser's answer nor the part: whether the text alone holds the evidence for its label.
+    """
+    path = corpus / "text-audit.json"
+    return json.loads(path.read_text())["verdicts"] if path.exists() else {}
+
+
+def audit_summary(rows: list[tuple[dict, str]], audit: dict[str, dict], unreachable: dict[str, str]) -> dict:
+    """Accuracy over the audited reports whose text holds their evidence, and how the audit's
+    verdicts line up with the diagnoser's results (the audit's own check, on the dev part)."""
+    audited = [(entry, predicted) for entry, predicted in rows if entry["id"] in audit]
+    reachable = [(entry, predicted) for entry, predicted in audited
+                 if audit[entry["id"]]["verdict"] == "reachable"]
+    right = sum(_right(entry, predicted) for entry, predicted in reachable)
+    crossed: Counter = Counter()
+    for entry, predicted in audited:
+        result = ("right" if _right(entry, predicted) else
+                  "miss excused as unreachable" if entry["id"] in unreachable else "miss")
+        crossed[f"{audit[entry['id']]['verdict']} / {result}"] += 1
+    return {"audited": len(audited), "reachable": len(reachable),
+            "reachable_right": right,
+            "reachable_accuracy": round(right / len(reachable), 4) if reachable else None,
+            "verdict_by_result": dict(sorted(crossed.items()))}
+
+
+def load_unreachable(corpus: Path = CORPUS) -> dict[str, str]:
+    path = corpus / "dev-unreachable.json"
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def measure(entries: list[dict], split: dict[str, str], disputed: dict[str, str]) -> dict:
@@ -153,9 +189,16 @@ def main() -> int:
     corpus = Path(args.corpus)
     result = measure(load_entries(corpus), load_split(corpus), load_disputed(corpus))
     report = {"code": code_info(), "seconds": result["seconds"], "parts": result["parts"]}
+    audit, unreachable = load_audit(corpus), load_unreachable(corpus)
     if not args.test_detail and "test" in report["parts"]:
         test = report["parts"]["test"]
         report["parts"]["test"] = {"n": test["n"], "right": test["right"], "accuracy": test["accuracy"]}
+    if audit:
+        for name, rows in result["rows"].items():
+            summary = audit_summary(rows, audit, unreachable)
+            if name == "test" and not args.test_detail:  # aggregate only: no per-result cross-tab
+                summary.pop("verdict_by_result")
+            report["parts"][name]["text_audit"] = summary
     if args.misses:
         disputed = load_disputed(corpus)
         report["dev_misses"] = [

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 COLOURS = {"open": "33", "escalated": "1;31", "reverted": "31", "resolved": "32", "prevented": "32",
-           "advised": "36", "FAILED": "1;31"}
+           "advised": "36", "interrupted": "36", "FAILED": "1;31"}
 
 
 def use_colour(stream=None) -> bool:

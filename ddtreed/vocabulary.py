@@ -50,7 +50,8 @@ CrashKind = Literal[
 ]
 CRASH_KINDS: tuple[str, ...] = get_args(CrashKind)
 
-IncidentStatus = Literal["open", "resolved", "reverted", "escalated", "prevented", "advised", "observed"]
+IncidentStatus = Literal["open", "resolved", "reverted", "escalated", "prevented", "advised", "observed",
+                         "interrupted"]  # ddtreed stopped before it closed and no fix of it was applied
 INCIDENT_STATUSES: tuple[str, ...] = get_args(IncidentStatus)
 
 # Every step the daemon writes into an incident's timeline, in the order a crash travels.

@@ -67,3 +67,27 @@ def test_test_part_stays_at_or_above_its_recorded_floor(measured):
     _, result = measured
     floor = json.loads((CORPUS / "accuracy-floor.json").read_text())["test"]
     assert result["parts"]["test"]["accuracy"] >= floor  # only the aggregate is ever shown
+
+
+def test_the_blind_text_audit_covers_the_whole_test_part_with_a_verdict_and_reason(measured):
+    entries, _ = measured
+    ids = {entry["id"] for entry in entries}
+    split = accuracy.load_split(CORPUS)
+    audit = accuracy.load_audit(CORPUS)
+    audited_files = set(accuracy.CORPUS_FILES[:accuracy.CORPUS_FILES.index("public-m.jsonl") + 1])
+    test_then = {entry["id"] for entry in entries  # the test part when the audit was made (session 16)
+                 if split.get(entry["id"]) == "test" and entry["_file"] in audited_files}
+    assert len(test_then) == 217 and test_then <= set(audit)
+    for entry_id, verdict in audit.items():
+        assert entry_id in ids, entry_id
+        assert verdict["verdict"] in ("reachable", "unreachable"), entry_id
+        assert len(verdict["reason"]) >= 10, entry_id
+
+
+def test_test_part_on_texts_that_hold_their_evidence_stays_at_or_above_its_floor(measured):
+    _, result = measured
+    floor = json.loads((CORPUS / "accuracy-floor.json").read_text())["test_reachable"]
+    audited = accuracy.audit_summary(result["rows"]["test"], accuracy.load_audit(CORPUS),
+                                     accuracy.load_unreachable(CORPUS))
+    assert audited["reachable"] > 150  # the audit is there: a floor over nothing would pass
+    assert audited["reachable_accuracy"] >= floor  # an aggregate, like the part's own floor

@@ -18,7 +18,7 @@ from .common import (CliError, add_config, add_json, add_state_dir, load_config,
 FOLLOW_POLL_S = 0.5
 # records.INCIDENT_STATUSES (tests/test_incidents_reads.py checks they agree): ddtreed.records
 # builds every record dataclass at import, which the readers here do not need.
-STATUSES = ("open", "resolved", "reverted", "escalated", "prevented", "advised", "observed")
+STATUSES = ("open", "resolved", "reverted", "escalated", "prevented", "advised", "observed", "interrupted")
 
 USAGE = ("ddtreed incidents [--state-dir DIR | --config FILE] [--status S[,S…]] [--since WHEN] "
          "[--limit N] [--json] [--follow] [--html DIR]\n"

@@ -47,6 +47,7 @@ STATUS_CLASS = {
     "prevented": "good",
     "open": "warn",
     "advised": "info",
+    "interrupted": "info",
     "reverted": "bad",
     "escalated": "bad",
 }

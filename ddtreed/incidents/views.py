@@ -24,7 +24,8 @@ LABEL = 12
 
 # What the end of an incident is called, by status (the time label of the headline block).
 ENDED_AS = {"resolved": "resolved", "reverted": "reverted", "escalated": "escalated",
-            "prevented": "prevented", "advised": "advised"}
+            "prevented": "prevented", "advised": "advised",
+            "interrupted": "closed"}  # by the next start's recovery (a label fits 11 characters)
 STATUS_MEANS = {
     "open": "in progress",
     "resolved": "fixed and verified",
@@ -33,6 +34,7 @@ STATUS_MEANS = {
     "prevented": "fixed before the launch",
     "advised": "recorded what would be done (policy advise/off)",
     "observed": "recorded; nothing for ddtreed to do",
+    "interrupted": "ddtreed stopped before it closed; no fix of it was ever applied",
 }
 APPLICATION_WORDS = {
     "verified": "applied, verified (kept)",

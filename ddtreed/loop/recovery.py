@@ -37,6 +37,8 @@ def recover(engine: Engine, store, host: Host, state_dir: str, previous: DaemonS
     `previous` is the record the dead daemon left (None: none, or unreadable); the state dir in
     the service's environment and its `port` find the service without it.
     """
+    said: dict[int, list[str]] = {}  # incident id → what recovery did to its fixes, in order
+    undone: set[int] = set()  # incidents of which a change to the host was undone just now
     for done in engine.reconcile():
         log.warning("reconciled", detail=str(done))
         if getattr(done, "incident_id", None) is not None:
@@ -44,22 +46,30 @@ def recover(engine: Engine, store, host: Host, state_dir: str, previous: DaemonS
             # undone from outside (a reinstall) keeps its verification: if its crash comes back,
             # that is a recurrence (revert, freeze, escalate).
             _note(store, done.incident_id, str(done), done.application_id,
-                  reverted=done.action in ("undid-apply", "finished-revert"))
+                  reverted=done.action in ("undid-apply", "dropped-apply", "finished-revert"))
+            said.setdefault(done.incident_id, []).append(str(done))
+            if done.action != "dropped-apply":  # a dropped apply had written nothing
+                undone.add(done.incident_id)
     still_running = stop_leftover_service(host, state_dir, previous, port)
     for entry in engine.history():
         if entry["status"] == "applied" and entry.get("incident_id") is not None:  # applied, not verified
             if still_running:  # its files are in use by a service that survived SIGKILL: keep them
                 log.error("unverified_fix_kept", application_id=entry["application_id"],
                           hint="a leftover service still runs on it; it is reverted at the next start")
+                _note(store, entry["incident_id"], f"kept {entry['remediation_id']} (applied, not verified): "
+                      "a leftover service still runs on it; the next start reverts it", None)
                 continue
             engine.revert(entry["application_id"])
-            _note(store, entry["incident_id"], f"reverted {entry['remediation_id']}: applied but not "
-                  "verified when ddtreed stopped", entry["application_id"])
+            sentence = f"reverted {entry['remediation_id']}: applied but not verified when ddtreed stopped"
+            _note(store, entry["incident_id"], sentence, entry["application_id"])
+            said.setdefault(entry["incident_id"], []).append(sentence)
+            undone.add(entry["incident_id"])
+    for incident_id in said:
+        _close(store, incident_id, said[incident_id], incident_id in undone)
     for incident in store.list_incidents(limit=100, status="open"):
         steps = {step["step"] for step in store.get(incident["id"])["steps"]}
-        if "not-remediated" not in steps:  # open because ddtreed died, not by decision
-            _note(store, incident["id"], "ddtreed stopped before this incident closed; the service "
-                  "starts in its last verified configuration", None)
+        if "not-remediated" not in steps and incident["id"] not in said:  # open because ddtreed died
+            _close(store, incident["id"], [], False)
 
 
 def verified_launch(engine: Engine) -> LaunchChange | None:
@@ -121,12 +131,48 @@ def sweep_until_gone(host: Host, token: str) -> tuple[list[int], list[int]]:
 
 
 def _note(store, incident_id: int, sentence: str, application_id: str | None, reverted: bool = True) -> None:
-    """Say in the incident what recovery did; an incident left open by the kill is closed."""
+    """Say in the incident what recovery did (a `reconciled` step); mark a reverted application."""
     try:
         store.add_step(incident_id, "reconciled", sentence)
         if reverted and application_id is not None and store.application_entry(application_id) is not None:
             store.mark_application(application_id, "reverted")
-        if store.get(incident_id)["status"] == "open":
-            store.finish(incident_id, "reverted", f"ddtreed stopped mid-remediation; {sentence}")
+    except StoreError as error:  # an incident the database no longer has: the log line stays
+        log.warning("recovery_not_recorded", incident_id=incident_id, error=str(error))
+
+
+STOPPED = "ddtreed stopped before this incident closed"
+UNCHANGED = "nothing had been changed; the service starts in its last verified configuration"
+
+
+def _close(store, incident_id: int, said: list[str], undone: bool) -> None:
+    """Close an incident the dead daemon left open, with the status that says what happened.
+
+    `reverted`: a fix of it had changed something that is undone now (by this recovery, the
+    journal, from outside, or already by the dead daemon). `resolved`: its fix had been verified
+    before the kill and stays. `interrupted`: no fix of it was ever applied. One still in place
+    and unverified (kept for a leftover service) leaves it open: the next start reverts and closes it.
+    """
+    try:
+        incident = store.get(incident_id)
+        if incident["status"] != "open":
+            return
+        applications = incident["applications"]
+        if any(application["status"] == "applied" for application in applications):
+            return
+        verified = [application["remediation_id"] for application in applications
+                    if application["status"] == "verified"]
+        if not said:  # nothing done to its fixes now: the step says where they stood
+            store.add_step(incident_id, "reconciled", f"{STOPPED}; " + (
+                f"{', '.join(verified)} had been verified and stays" if verified else
+                "its fix had been reverted before; the service starts in its last verified configuration"
+                if applications else UNCHANGED))
+        if verified:
+            store.finish(incident_id, "resolved", f"{', '.join(verified)} held; ddtreed stopped before "
+                         "it closed this incident; the fix stays" + "".join(f"; {s}" for s in said))
+        elif undone or applications:
+            store.finish(incident_id, "reverted", "ddtreed stopped mid-remediation; " + (
+                "; ".join(said) if said else "its fix had been reverted before"))
+        else:
+            store.finish(incident_id, "interrupted", f"{STOPPED}; " + "; ".join([*said, UNCHANGED]))
     except StoreError as error:  # an incident the database no longer has: the log line stays
         log.warning("recovery_not_recorded", incident_id=incident_id, error=str(error))

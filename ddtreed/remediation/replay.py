@@ -21,7 +21,8 @@ class Reconciled(str):
 
     application_id: str | None = None
     incident_id: int | None = None
-    action: str = ""  # undid-apply | finished-apply | finished-revert | drifted
+    # undid-apply | dropped-apply (no file had been written) | finished-apply | finished-revert | drifted
+    action: str = ""
 
     @classmethod
     def of(cls, sentence: str, entry: dict[str, Any], action: str) -> "Reconciled":
@@ -69,7 +70,7 @@ def _finish_apply(host: Host, store: Store, entry: dict[str, Any]) -> str:
         sentence = f"dropped the interrupted {name}: no file had been changed"
     if foreign:
         sentence += f"; left {', '.join(foreign)} alone (changed by something else)"
-    return Reconciled.of(sentence, entry, "undid-apply")
+    return Reconciled.of(sentence, entry, "undid-apply" if restored else "dropped-apply")
 
 
 def _finish_revert(host: Host, store: Store, entry: dict[str, Any]) -> str:
