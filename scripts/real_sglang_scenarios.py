@@ -84,8 +84,8 @@ class Ddtreed:
         self.proc: subprocess.Popen | None = None
         self.log = self.dir / "ddtreed.log"
 
-    def start(self, log_name: str = "ddtreed.log") -> None:
-        env = {**os.environ}
+    def start(self, log_name: str = "ddtreed.log", env_extra: dict | None = None) -> None:
+        env = {**os.environ, **(env_extra or {})}
         self.started = now()
         self.log = self.dir / log_name
         self.proc = subprocess.Popen([PYTHON, "-m", "ddtreed", "run", "--config", str(self.config),
@@ -563,6 +563,38 @@ def scenario_orphan(result: dict) -> Ddtreed:
     return d
 
 
+def scenario_killmid(result: dict) -> Ddtreed:
+    """ddtreed is SIGKILLed in the middle of an incident, before any fix (its own kill point
+    `incident:committed`, reached when the killed scheduler's incident row is committed); the next
+    `ddtreed run` stops the leftover service, closes that incident as `interrupted` (nothing had been
+    changed), not `reverted`, and serves again."""
+    d = Ddtreed("killmid", 30021, [], canary={"enabled": False})
+    d.start("ddtreed-1.log", env_extra={"DDTREED_KILL_AT": "incident:committed"})
+    result["ready_s"] = d.running()
+    pid = d.status().get("service_pid")
+    scheduler = child_named(pid, "sglang::scheduler") if pid else None
+    if scheduler is None:
+        result["error"] = f"no sglang::scheduler under pid {pid}"
+        return d
+    tree = [pid] + [c.pid for c in children(pid)]
+    killed_at = time.time()
+    scheduler.send_signal(signal.SIGKILL)
+    try:
+        d.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        result["error"] = "ddtreed did not reach its kill point within 60 s of the scheduler's kill"
+        return d
+    result["ddtreed_died"] = {"rc": d.proc.returncode, "after_kill_s": round(time.time() - killed_at, 3),
+                              "service_alive": [p for p in tree if _alive(p)]}
+    restarted = time.time()
+    d.start("ddtreed-2.log")
+    result["ready_again_s"] = d.running(420, after_start=restarted)
+    result["old_tree_left_alive"] = [p for p in tree if _alive(p)]
+    first = [i for i in d.incidents() if i.get("id") == 1]
+    result["incident_1"] = {k: first[0].get(k) for k in ("status", "outcome", "category", "rule")} if first else None
+    return d
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:
@@ -760,6 +792,7 @@ SCENARIOS = {
     "width-capture": lambda r: scenario_width(r, +1),
     "width-silent": lambda r: scenario_width(r, -1),
     "servecrash": scenario_servecrash,
+    "killmid": scenario_killmid,
 }
 
 
