@@ -43,9 +43,11 @@ while True:
     plan = engine.plan("ddtree-verify-graph-width", site_packages=site)
     if plan.applicable and mode in ("loop", "apply"):
         engine.apply(plan)
+        print("applied", flush=True)
     elif mode in ("loop", "revert"):
         for application in engine.status():
             engine.revert(application.application_id)
+        print("reverted", flush=True)
     if mode != "loop":
         break
 """
@@ -78,11 +80,11 @@ def start_child(site: Path, state: Path, mode: str, kill_at: str | None = None) 
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
 
 
-def wait_ready(child: subprocess.Popen) -> None:
+def wait_ready(child: subprocess.Popen, word: bytes = b"ready") -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         line = child.stdout.readline()
-        if line.startswith(b"ready"):
+        if line.startswith(word):
             return
         if not line and child.poll() is not None:
             raise AssertionError(f"child exited early with {child.returncode}")
@@ -154,8 +156,11 @@ def test_kill_at_random_times_during_an_apply_revert_loop(demo, tmp_path):
     for _ in range(RANDOM_TRIALS):
         child = start_child(site, state, "loop")
         wait_ready(child)
-        # The random delay is the experiment (where in the loop the kill lands), not a wait.
-        time.sleep(rng.uniform(0.0, 0.08))
+        # Where in the loop the kill lands is the experiment: after the child said it finished a
+        # random apply or revert (so both sides are reached however slow this machine is today),
+        # then a random few milliseconds into the next operation, or between two.
+        wait_ready(child, rng.choice((b"applied", b"reverted")))
+        time.sleep(rng.uniform(0.0, 0.01))
         child.send_signal(signal.SIGKILL)
         assert child.wait(timeout=30) == -signal.SIGKILL
         check_consistent(site, state, patched)
