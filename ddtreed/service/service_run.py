@@ -25,6 +25,7 @@ from .host import Host
 from .launch import Supervisor
 from ..records import Crash, ExitStatus
 from ..tracebacks import Assembler
+from ..health.httpclient import MEMBER_DIED
 from ..health.verify import flatten
 
 log = structlog.get_logger(__name__)
@@ -222,7 +223,7 @@ class ServiceRun:
                 return ""
             self._reported |= new
             self.member_cuts += 1
-        return f"a member of the service's session died (pid {', '.join(map(str, sorted(new)))})"
+        return f"{MEMBER_DIED} (pid {', '.join(map(str, sorted(new)))})"
 
     def _exited(self, process) -> bool:
         """The main process has ended (any thread): its pidfd is readable; without one, a local
