@@ -27,9 +27,9 @@ pytestmark = pytest.mark.slow
 WATCHED_S = 15.0  # ten serving probes at least, three cut ones in a row are an incident on main
 
 
-def config_for(directory: Path):
+def config_for(directory: Path, generate_s: float = 0.0, canary: bool = False):
     argv = [sys.executable, str(PROGRAMS / "worker_pool_service.py"), "--port", str(free_port()),
-            "--workers", "4", "--worker-life-s", "4"]
+            "--workers", "4", "--worker-life-s", "4", "--generate-s", str(generate_s)]
     tables = {
         "service": {"argv": argv, "cwd": str(directory)},
         "paths": {"log_dir": str(directory / "logs"), "state_dir": str(directory / "state")},
@@ -39,7 +39,7 @@ def config_for(directory: Path):
                   "verify_window_s": 1.0, "poll_interval_s": 0.05, "serving_interval_s": 1.5,
                   "serving_timeout_s": 2.0, "serving_failures": 3},
         "preflight": {"enabled": False},
-        "canary": {"enabled": False},
+        "canary": {"enabled": canary, "max_new_tokens": 7, "golden_samples": 1},
     }
     (directory / "ddtreed.toml").write_text(to_toml(tables))
     return load(str(directory / "ddtreed.toml"))
@@ -69,3 +69,33 @@ def test_helpers_that_come_and_go_do_not_make_a_healthy_service_an_incident(tmp_
         incidents = store.list_incidents(limit=10)
     assert code == 0
     assert [(row["id"], row["status"], row.get("message")) for row in incidents] == []
+
+
+def test_helpers_that_come_and_go_do_not_fail_the_canary_of_a_healthy_start(tmp_path):
+    """The output canary after the start (four prompts, 1.5 s each) runs while helpers end: a
+    lost helper cuts one of its requests. The start is healthy: no incident, no restart."""
+    config = config_for(tmp_path, generate_s=1.5, canary=True)
+    daemon = Daemon(config)
+    timers: list[threading.Timer] = []
+
+    def on_event(event) -> None:
+        if isinstance(event, Healthy) and not timers:
+            timers.append(threading.Timer(12.0, daemon.request_stop))
+            timers[0].start()
+
+    daemon.subscribe(on_event)
+    guard = threading.Timer(60.0, daemon.request_stop)
+    guard.start()
+    try:
+        code = daemon.run()
+    finally:
+        guard.cancel()
+        for timer in timers:
+            timer.cancel()
+    with Store(database_path(config.paths.state_dir)) as store:
+        incidents = [(row["id"], row["status"], store.get(row["id"])["message"])
+                     for row in store.list_incidents(limit=10)]
+        runs = store.canary_runs(limit=10)
+    assert incidents == [] and code == 0, (incidents, code)
+    assert timers, "the service never became healthy"
+    assert runs and runs[0]["passed"], [(run["passed"], run["detail"]) for run in runs]  # the last one passed

@@ -1,8 +1,9 @@
 """A healthy SGLang-shaped service whose launcher keeps a pool of short-lived helper processes.
 
-argv: --port PORT [--workers N] [--worker-life-s S] (other SGLang flags are ignored).
+argv: --port PORT [--workers N] [--worker-life-s S] [--generate-s G] (other SGLang flags are ignored).
 
-It prints SGLang's ready line, answers /health, /health_generate and /generate at once, and from
+It prints SGLang's ready line, answers /health and /health_generate at once and /generate after G seconds (the same answer
+to every prompt), and from
 the ready line on keeps N helper processes alive in its session: each lives `--worker-life-s`,
 is reaped and replaced (a tokenizer worker restarted by design, a JIT compiler run, an
 `nvidia-smi` call), started staggered so one ends every S/N seconds. Nothing ever fails: no
@@ -24,6 +25,7 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--worker-life-s", type=float, default=4.0)
+    parser.add_argument("--generate-s", type=float, default=0.0, help="each /generate takes this long")
     args, _unknown = parser.parse_known_args()
 
     class Handler(BaseHTTPRequestHandler):
@@ -32,13 +34,19 @@ def main() -> None:
 
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self._send(200, json.dumps({"text": " Paris.", "meta_info": {"completion_tokens": 4}}).encode())
+            time.sleep(args.generate_s)
+            body = {"text": " Paris is the capital of France.", "output_ids": [3681, 374, 279, 6864, 315, 9822, 13],
+                    "meta_info": {"completion_tokens": 7}}
+            self._send(200, json.dumps(body).encode())
 
         def _send(self, status: int, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:  # the client gave up on the request: as a real server, say nothing
+                pass
 
         def log_message(self, *args) -> None:
             pass
