@@ -29,6 +29,7 @@ MAX_HEADER = 64 * 1024
 MAX_JSON_DEPTH = 64  # SGLang's answers nest 4 deep; deeper is hostile or broken
 SLICE_S = 0.2  # longest single wait, so `interrupted` is asked at least this often
 STOPPING = "ddtreed is stopping"  # the reason of a plain True from `interrupted()`
+MEMBER_DIED = "a member of the service's session died"  # ServiceRun.death's reason for a lost member
 
 Interrupted = Callable[[], bool | str]  # falsy: go on; True or a reason: give up now
 

@@ -39,6 +39,7 @@ import structlog
 
 from ..native import load_fastscan
 from ..records import Crash, HealthResult, LogChunk
+from .httpclient import MEMBER_DIED
 
 log = structlog.get_logger(__name__)
 
@@ -483,7 +484,16 @@ class ServingWatch:
 
         def probe() -> None:
             try:
-                self._result = self.prober.health(deadline)
+                result = self.prober.health(deadline)
+                # A probe cut by a lost member (ServiceRun.death) says nothing of the service's
+                # health: a launcher may reap and replace helpers by design, and a real death
+                # shows as crash text or an exit, which the loop reads. As verification does,
+                # the probe is sent again under the same deadline (each loss cuts one probe).
+                while f"interrupted: {MEMBER_DIED}" in result.detail and self._clock() < deadline:
+                    log.info("serving.probe_sent_again", detail=result.detail,
+                             hint="a member left the session without a crash line: the same probe, the same deadline")
+                    result = self.prober.health(deadline)
+                self._result = result
             except Exception as error:  # noqa: BLE001 - a probe's failure is a failed probe
                 self._result = HealthResult(ok=False, stage="health", detail=f"probe error: {error}")
 

@@ -30,6 +30,7 @@ CRASH_SETTLE_S = 2.0  # after a failed probe, the ranks' tracebacks arrive withi
 HEALTH_PROBE_FIRST_S = 2.0  # logs may be elsewhere: readiness by HTTP counts too, from then on
 HEALTH_PROBE_EVERY_S = 5.0
 PROBE_TURN_S = 0.2  # how often a waiting probe lets the loop answer signals
+CANARY_RUNS = 3  # a canary cut by lost members without crash text runs this many times at most
 
 
 class LogFeed(Protocol):
@@ -112,7 +113,7 @@ def verify(feed: LogFeed, prober: Prober, clock: Clock, probe: ProbeConfig, cont
     if verdict.ok and window:
         verdict = stages.window(verdict)
     if verdict.ok and canary is not None:
-        verdict = stages.settled(canary(verdict))  # its requests cut by a death: the death's text
+        verdict = stages.canary(lambda: canary(verdict))  # cut by a death: the death's text
     return verdict
 
 
@@ -202,6 +203,21 @@ class _Stages:
                 return verdict
             log.warning("probe.sent_again", stage=verdict.stage, detail=verdict.detail,
                         hint="a member left the session without a crash line: the same probe, the same deadline")
+
+    def canary(self, run: Callable[[], Verdict]) -> Verdict:
+        """The canary's verdict, with what the service wrote when it failed without a crash of its
+        own. As for a probe, a run a lost member cut short that left neither crash text nor an
+        exit is no failure by itself: the canary runs again, CANARY_RUNS times in all at most
+        (each run has its own deadline; each loss cuts one request)."""
+        for attempt in range(1, CANARY_RUNS + 1):
+            cuts = getattr(self.feed, "member_cuts", 0)
+            verdict = self.settled(run())
+            if verdict.ok or verdict.crashes or verdict.exit_status is not None \
+                    or getattr(self.feed, "member_cuts", 0) == cuts or attempt == CANARY_RUNS:
+                break
+            log.warning("canary.run_again", detail=verdict.detail,
+                        hint="a member left the session without a crash line: the canary runs again")
+        return verdict
 
     def _answering(self, request: Callable[[], HealthResult]) -> HealthResult:
         """Run a probe (up to a minute for a generation) while the loop keeps answering signals."""

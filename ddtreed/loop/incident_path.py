@@ -527,7 +527,8 @@ def canary_verdict(result, verdict: Verdict) -> Verdict:
     if result.passed:
         return verdict
     if result.category is None:  # the requests themselves failed: a probe failure
-        return Verdict(False, f"canary could not run: {result.detail}", stage="canary",
+        said = "canary could not run: "
+        return Verdict(False, result.detail if result.detail.startswith(said) else said + result.detail, stage="canary",
                        accept_length=verdict.accept_length)
     from ..health.canary import canary_crash  # the canary package: only a daemon with [canary] on
 

@@ -25,6 +25,7 @@ from .host import Host
 from .launch import Supervisor
 from ..records import Crash, ExitStatus
 from ..tracebacks import Assembler
+from ..health.httpclient import MEMBER_DIED
 from ..health.verify import flatten
 
 log = structlog.get_logger(__name__)
@@ -69,6 +70,7 @@ class ServiceRun:
         # `lost_member()` on the loop thread reads a whole one.
         self._listing = threading.Lock()
         self._reported: frozenset[int] = frozenset()  # lost members `death()` has cut a probe for
+        self._death_at = float("-inf")  # `death()`'s last look at the session
         self.member_cuts = 0  # probes `death()` cut for a lost member (verify sends such a probe again)
 
     @property
@@ -203,9 +205,11 @@ class ServiceRun:
         more (its coredump wait), and a request sent just then is never answered (device run
         s15b). The HTTP client asks this between its 0.2 s slices, from whichever thread runs the
         probe: the exit is a poll of the pidfd (no waitpid, nothing reaped), the session is
-        listed (one /proc pass, as the pump's own listing, which it stands in for) at most once
-        per DEATH_CHECK_S. A lost member cuts one probe: verification then reads the logs, and
-        a probe sent again is cut only by another loss or the exit."""
+        listed (one /proc pass) at most once per DEATH_CHECK_S, for a loss of a member; the
+        pump's own listing, which it stands in for while a probe holds the loop, at the pump's
+        cadence (a member is a process listed twice MEMBERS_EVERY_S apart, as ever). A lost
+        member cuts one probe: verification then reads the logs, and a probe sent again is cut
+        only by another loss or the exit."""
         process = self.supervisor.process
         if process is None or self._closed:
             return ""
@@ -214,15 +218,23 @@ class ServiceRun:
         if self.serving is None and not self.milestones.ready:
             return ""  # starting: its processes come and go, none is a member yet
         with self._listing:
-            if self.clock.monotonic() - self._members_at < DEATH_CHECK_S:
-                return ""
-            self._list_members_now()
+            now = self.clock.monotonic()
+            if now - self._members_at >= (MEMBERS_EVERY_S if self._stable else MEMBERS_FIRST_S):
+                self._list_members_now()  # the pump's listing, due while the probe holds the loop
+            elif now - max(self._members_at, self._death_at) >= DEATH_CHECK_S:
+                # In between, only a loss is recorded: who is a member stays judged at the pump's
+                # cadence (listed twice MEMBERS_EVERY_S apart). Listings a second apart would make
+                # any helper that lives two seconds (a compiler run, a worker restarted by design)
+                # a member, and its normal end would cut the probe.
+                self._death_at, current = now, self._session()
+                if current is not None and self._stable - current:
+                    self._lost = {**self._lost, **{pid: now for pid in self._stable - current}}
             new = set(self._lost) - self._reported
             if not new:
                 return ""
             self._reported |= new
             self.member_cuts += 1
-        return f"a member of the service's session died (pid {', '.join(map(str, sorted(new)))})"
+        return f"{MEMBER_DIED} (pid {', '.join(map(str, sorted(new)))})"
 
     def _exited(self, process) -> bool:
         """The main process has ended (any thread): its pidfd is readable; without one, a local
