@@ -45,18 +45,19 @@ def config_for(directory: Path, generate_s: float = 0.0, canary: bool = False):
     return load(str(directory / "ddtreed.toml"))
 
 
-def test_helpers_that_come_and_go_do_not_make_a_healthy_service_an_incident(tmp_path):
-    config = config_for(tmp_path)
-    daemon = Daemon(config)
+
+def run_watched(daemon: Daemon, watched_s: float, guard_s: float) -> tuple[int, bool]:
+    """Run the daemon until `watched_s` after its first Healthy event (or `guard_s` at most), then
+    stop it: (its exit code, whether the service ever became healthy)."""
     timers: list[threading.Timer] = []
 
     def on_event(event) -> None:
         if isinstance(event, Healthy) and not timers:  # serving: watch it for a while, then stop
-            timers.append(threading.Timer(WATCHED_S, daemon.request_stop))
+            timers.append(threading.Timer(watched_s, daemon.request_stop))
             timers[0].start()
 
     daemon.subscribe(on_event)
-    guard = threading.Timer(90.0, daemon.request_stop)
+    guard = threading.Timer(guard_s, daemon.request_stop)
     guard.start()
     try:
         code = daemon.run()
@@ -64,7 +65,14 @@ def test_helpers_that_come_and_go_do_not_make_a_healthy_service_an_incident(tmp_
         guard.cancel()
         for timer in timers:
             timer.cancel()
-    assert timers, "the service never became healthy"
+    return code, bool(timers)
+
+
+def test_helpers_that_come_and_go_do_not_make_a_healthy_service_an_incident(tmp_path):
+    config = config_for(tmp_path)
+    daemon = Daemon(config)
+    code, healthy = run_watched(daemon, WATCHED_S, guard_s=90.0)
+    assert healthy, "the service never became healthy"
     with Store(database_path(config.paths.state_dir)) as store:
         incidents = store.list_incidents(limit=10)
     assert code == 0
@@ -76,26 +84,11 @@ def test_helpers_that_come_and_go_do_not_fail_the_canary_of_a_healthy_start(tmp_
     lost helper cuts one of its requests. The start is healthy: no incident, no restart."""
     config = config_for(tmp_path, generate_s=1.5, canary=True)
     daemon = Daemon(config)
-    timers: list[threading.Timer] = []
-
-    def on_event(event) -> None:
-        if isinstance(event, Healthy) and not timers:
-            timers.append(threading.Timer(12.0, daemon.request_stop))
-            timers[0].start()
-
-    daemon.subscribe(on_event)
-    guard = threading.Timer(60.0, daemon.request_stop)
-    guard.start()
-    try:
-        code = daemon.run()
-    finally:
-        guard.cancel()
-        for timer in timers:
-            timer.cancel()
+    code, healthy = run_watched(daemon, 12.0, guard_s=60.0)
     with Store(database_path(config.paths.state_dir)) as store:
         incidents = [(row["id"], row["status"], store.get(row["id"])["message"])
                      for row in store.list_incidents(limit=10)]
         runs = store.canary_runs(limit=10)
     assert incidents == [] and code == 0, (incidents, code)
-    assert timers, "the service never became healthy"
+    assert healthy, "the service never became healthy"
     assert runs and runs[0]["passed"], [(run["passed"], run["detail"]) for run in runs]  # the last one passed
