@@ -563,6 +563,16 @@ def scenario_orphan(result: dict) -> Ddtreed:
     return d
 
 
+def serving_scheduler(d: Ddtreed, result: dict):
+    """(service pid, its sglang::scheduler child); the child None, with `result["error"]` said, when
+    there is none to kill."""
+    pid = d.status().get("service_pid")
+    scheduler = child_named(pid, "sglang::scheduler") if pid else None
+    if scheduler is None:
+        result["error"] = f"no sglang::scheduler under pid {pid}"
+    return pid, scheduler
+
+
 def scenario_killmid(result: dict) -> Ddtreed:
     """ddtreed is SIGKILLed in the middle of an incident, before any fix (its own kill point
     `incident:committed`, reached when the killed scheduler's incident row is committed); the next
@@ -571,10 +581,8 @@ def scenario_killmid(result: dict) -> Ddtreed:
     d = Ddtreed("killmid", 30021, [], canary={"enabled": False})
     d.start("ddtreed-1.log", env_extra={"DDTREED_KILL_AT": "incident:committed"})
     result["ready_s"] = d.running()
-    pid = d.status().get("service_pid")
-    scheduler = child_named(pid, "sglang::scheduler") if pid else None
+    pid, scheduler = serving_scheduler(d, result)
     if scheduler is None:
-        result["error"] = f"no sglang::scheduler under pid {pid}"
         return d
     tree = [pid] + [c.pid for c in children(pid)]
     killed_at = time.time()
@@ -739,10 +747,8 @@ def scenario_probekill(result: dict) -> Ddtreed:
                 probe={"generate_max_new_tokens": 3000, "generate_timeout_s": 60.0})
     d.start()
     result["ready_s"] = d.running()
-    pid = d.status().get("service_pid")
-    scheduler = child_named(pid, "sglang::scheduler") if pid else None
+    pid, scheduler = serving_scheduler(d, result)
     if scheduler is None:
-        result["error"] = f"no sglang::scheduler under pid {pid}"
         return d
     killed_at = time.time()
     scheduler.send_signal(signal.SIGKILL)
