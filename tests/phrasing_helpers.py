@@ -94,8 +94,10 @@ def error_lines_in_development_reports(phrasings) -> list[str]:
     found = []
     for _, text in phrasings:
         lines = [line.split("Scheduler hit an exception: ")[-1] for line in text.splitlines()]
-        error_line = next(line.strip() for line in lines if line.strip()
-                          and not line.startswith(("[", "  File", "    ", "Traceback")))
+        error_line = next((line.strip() for line in lines if line.strip()
+                           and not line.startswith(("[", "  File", "    ", "Traceback"))), None)
+        if error_line is None:  # a traceback cut before its error line: its frames are the phrasing
+            continue
         if any(error_line in report for report in texts):
             found.append(error_line)
     return found

@@ -46,13 +46,19 @@ FRAME_FAMILIES: dict[str, str] = {
     "graph-capture": r"graph_runner[^:]*\.py:(?:capture\w*|__init__|_capture\w*|warmup\w*)$|cuda_graph_setup\.py:"
                      r"|torch/cuda/graphs\.py:(?:capture\w*|__enter__|__exit__)$|:init_cuda_graphs$"
                      r"|:capture_one_batch_size$|:(?:capture|_capture_graph|capture_decode_graph)$"
-                     r"|piecewise_cuda_graph|cuda_graph_buffer_registry\.py:",
-    "graph-replay": r"graph_runner[^:]*\.py:replay\w*$|torch/cuda/graphs\.py:replay$",
+                     r"|piecewise_cuda_graph|cuda_graph_buffer_registry\.py:"
+                     # SGLang 0.5.1x's graph backends (model_executor/runner_backend/: full, breakable,
+                     # torch.compile piecewise), which capture and replay for every graph runner
+                     r"|runner_backend/\w+\.py:capture\w*$",
+    "graph-replay": r"graph_runner[^:]*\.py:replay\w*$|torch/cuda/graphs\.py:replay$"
+                    r"|runner_backend/\w+\.py:replay\w*$",
     "memory-pool": r"mem_cache/|memory_pool|kv_cache_configurator|:alloc_memory_pool$|:init_memory_pool$"
                    r"|:profile_max_num_token$|:init_memory_pools?$",
     "model-loader": r"model_loader/|:load_weights?$|weight_utils|:load_model$|safetensors|:from_pretrained$",
     "distributed": r"torch/distributed/|parallel_state\.py:|custom_all_reduce|pynccl|deep_ep|deepep|nvshmem"
-                   r"|communicator|:init_distributed_environment$|:initialize_model_parallel$|c10d",
+                   r"|communicator|:init_distributed_environment$|:initialize_model_parallel$|c10d"
+                   # SGLang's own distributed package, and the model runner's process-group set-up
+                   r"|sglang/srt/distributed/|model_runner\.py:init_torch_distributed$",
     "kernel-jit": r"^triton/|/triton/|torch/_inductor/|torch/_dynamo/|tvm_ffi|flashinfer/jit|sgl_kernel/"
                   r"|jit_kernel|cpp_extension\.py:|:_jit_compile$|ptxas",
     "server-args": r"server_args\.py:|sglang/srt/arg_groups/",
