@@ -3,9 +3,10 @@ SIGKILLed right after the crash's row is committed (DDTREED_KILL_AT=incident:com
 since 71e2591 is also before the rules judged it; then the next `ddtreed run` on the same state.
 
 What a person then sees must be sane: the first incident closed by the recovery (not left open,
-not a recurrence target), saying the rules never judged it (`incidents show`: "not diagnosed",
-not "no rule matched"), and the same crash met again by the new daemon as its own, diagnosed
-incident.
+not a recurrence target), diagnosed by the next start from the crash it recorded (session 17: it
+said "not diagnosed" before, which was true but left the operator without the reading the rules
+would have given; a `diagnosed` step now says the reading came late and from the record), and the
+same crash met again by the new daemon as its own, diagnosed incident.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ddtreed.incidents import Store, database_path  # noqa: E402
 from ddtreed.service.killpoint import VARIABLE as KILL_AT  # noqa: E402
 
 
-def test_a_daemon_killed_before_the_diagnosis_leaves_a_closed_undiagnosed_incident(tmp_path, capsys):
+def test_a_daemon_killed_before_the_diagnosis_leaves_a_closed_incident_diagnosed_from_its_record(tmp_path, capsys):
     directory = tmp_path / "run"
     directory.mkdir()
     config = _config(directory)
@@ -52,11 +53,13 @@ def test_a_daemon_killed_before_the_diagnosis_leaves_a_closed_undiagnosed_incide
         story = store.get(old["id"])
         again = store.get(new["id"])
     assert old["id"] == killed["id"] and old["status"] != "open"
-    assert [step["step"] for step in story["steps"]] == ["detected", "reconciled"]
+    assert [step["step"] for step in story["steps"]] == ["detected", "reconciled", "diagnosed"]
+    assert story["steps"][-1]["detail"].startswith("at the next start, from the recorded crash"), story["steps"]
+    assert story["category"] == "cuda-graph-shape-mismatch" and story["applications"] == []
     # the crash again: its own incident (the killed one was closed), diagnosed this time
     assert again["fingerprint"] == killed["fingerprint"] and again["category"] == "cuda-graph-shape-mismatch"
     assert [step["step"] for step in again["steps"]][:2] == ["detected", "diagnosed"]
     capsys.readouterr()
     assert main(["incidents", "show", str(old["id"]), "--state-dir", str(state)]) == 0
     header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("incident "))
-    assert header.endswith("unknown  (not diagnosed)"), header
+    assert "cuda-graph-shape-mismatch" in header and "not diagnosed" not in header, header

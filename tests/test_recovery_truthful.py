@@ -66,6 +66,16 @@ def test_a_daemon_killed_before_any_fix_leaves_an_interrupted_incident_not_a_rev
         kill_service_sessions(directory)
     shown = _json(capsys, "incidents", "show", str(killed["id"]), "--state-dir", str(state), "--json")
     assert shown["status"] == "interrupted", shown["status"]
+    # killed after its row, before the rules ran: the next start diagnoses the crash it recorded, so the
+    # incident says what failed (the same reading the next daemon gives the same crash live)
+    assert killed["rule_id"] is None and killed["category"] == "unknown"
+    listed = _json(capsys, "incidents", "--state-dir", str(state), "--json")
+    again = next(row for row in listed if row["id"] != killed["id"])
+    assert again["rule_id"] is not None
+    assert (shown["rule_id"], shown["category"]) == (again["rule_id"], again["category"]), shown
+    assert shown["diagnosis"] and shown["title"], shown
+    [diagnosed] = [step["detail"] for step in shown["steps"] if step["step"] == "diagnosed"]
+    assert "recorded crash" in diagnosed and again["category"] in diagnosed, diagnosed
     assert "mid-remediation" not in shown["outcome"] and "revert" not in shown["outcome"], shown["outcome"]
     assert "nothing had been changed" in shown["outcome"], shown["outcome"]
     assert shown["applications"] == []
@@ -184,3 +194,41 @@ def test_a_daemon_killed_after_its_patch_was_written_leaves_a_reverted_incident(
     assert [a["status"] for a in killed["applications"]] == ["reverted"]
     fixed = _json(capsys, "incidents", "show", str(listed[1]["id"]), "--state-dir", str(state), "--json")
     assert [a["status"] for a in fixed["applications"]] == ["verified"]
+
+
+def test_a_recorded_crash_is_diagnosed_from_its_record_and_a_record_the_rules_cannot_read_stays_as_it_was(tmp_path):
+    """diagnose_recorded on a real store with the shipped rules: the founding crash recorded without
+    its diagnosis gets the reading the live path gives it; a diagnosed incident, a canary incident
+    and a record of another shape (a future version's crash kind) are left as they were."""
+    from ddtreed.incidents import encode
+    from ddtreed.loop.incident_path import diagnose_recorded
+    from ddtreed.cli.diagnose_cmd import diagnose_lines
+    from ddtreed.rules import load_rules
+
+    founding = (Path(__file__).parent / "corpus" / "logs" / "ddtree-verify-width-8-vs-33.log").read_text()
+    rules = load_rules([shipped("rules")])
+    crashes = diagnose_lines(founding.splitlines(), "founding.log", rules, None)[0].crashes
+    live = rules.diagnose(crashes, None)
+    assert live.match.category == "cuda-graph-shape-mismatch"
+    store = Store(database_path(tmp_path))
+    recorded = store.open_incident("crash", crashes, live.signature, None)
+    diagnosed = store.open_incident("crash", crashes, live.signature, live.match)
+    canary = store.open_incident("canary", message="canary failed")
+    odd = store.open_incident("crash", crashes, live.signature, None)
+    with store.atomic() as db:  # a record this version cannot read: an unknown crash kind
+        db.execute("UPDATE incidents SET tracebacks = ? WHERE id = ?",
+                   [json.dumps([{**encode.crash_record(crashes[0]), "kind": "from-the-future"}]), odd])
+    before = {i: store.get(i) for i in (diagnosed, canary, odd)}
+
+    assert diagnose_recorded(store, rules, None, [recorded, diagnosed, canary, odd, 999]) == [recorded]
+    after = store.get(recorded)
+    assert (after["rule_id"], after["category"], after["diagnosis"]) == (
+        live.match.rule_id, live.match.category, live.match.diagnosis)
+    assert after["fingerprint"] == live.signature.fingerprint
+    [step] = [s for s in after["steps"] if s["step"] == "diagnosed"]
+    assert step["detail"].startswith("at the next start, from the recorded crash") and step["data"]["late"] is True
+    for incident_id, was in before.items():
+        now = store.get(incident_id)
+        assert (now["rule_id"], now["category"]) == (was["rule_id"], was["category"])
+        assert now["tracebacks"] == was["tracebacks"]
+        assert [s["step"] for s in now["steps"]] == [s["step"] for s in was["steps"]]

@@ -12,7 +12,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
-from ..records import Crash
+from ..records import Crash, Frame
 from ..ops.redact import redact, redact_text
 from .reads import loads  # noqa: F401 - JSON columns back: the readers' one function
 
@@ -100,6 +100,33 @@ def crash_record(crash: Crash) -> dict[str, Any]:
         "last_line": crash.last_line,
         "excerpt": trim_lines(crash.excerpt),
     }
+
+
+def crash_from_record(record: Mapping[str, Any]) -> Crash:
+    """A stored crash back (the inverse of `crash_record`, less what it does not keep: the lines
+    printed before the crash, an excerpt's middle, frames beyond MAX_FRAMES), so a crash recorded
+    by a daemon that died before its diagnosis can be diagnosed by the next one. A field the
+    record lacks, or holds in another shape, is left empty rather than guessed."""
+    def string(key: str) -> str | None:
+        value = record.get(key)
+        return value if isinstance(value, str) else None
+
+    frames = []
+    for frame in record.get("frames") or ():
+        if isinstance(frame, Mapping) and isinstance(frame.get("file"), str):
+            line = frame.get("line")
+            frames.append(Frame(file=frame["file"], line=line if isinstance(line, int) else None,
+                                function=frame.get("function") if isinstance(frame.get("function"), str) else ""))
+    exit_code = record.get("exit_code")
+    return Crash(
+        kind=string("kind") or "traceback", exception=string("exception"), message=string("message") or "",
+        frames=tuple(frames), rank=string("rank"), prefix=string("prefix"), wrapper=string("wrapper"),
+        inner_exception=string("inner_exception"), inner_message=string("inner_message"),
+        chained=tuple(crash_from_record(cause) for cause in record.get("chained") or () if isinstance(cause, Mapping)),
+        exit_code=exit_code if isinstance(exit_code, int) else None, source=string("source") or "",
+        first_line=record.get("first_line") if isinstance(record.get("first_line"), int) else 0,
+        last_line=record.get("last_line") if isinstance(record.get("last_line"), int) else 0,
+        excerpt=tuple(line for line in record.get("excerpt") or () if isinstance(line, str)))
 
 
 def trim_lines(lines: Iterable[str]) -> list[str]:

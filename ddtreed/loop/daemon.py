@@ -16,7 +16,7 @@ from ..config import Config
 from ..health.probes import Prober
 from ..service.host import Host
 from ..incidents import Retention, Store
-from .incident_path import check_canary, give_up, handle_crash, observed, probe_crash
+from .incident_path import check_canary, diagnose_recorded, give_up, handle_crash, observed, probe_crash
 from .lifecycle import EXIT_GAVE_UP, EXIT_OK, Lifecycle, SignalQueue, Stopping
 from ..ops.notify import IncidentHooks, Notifier, WatchdogPing
 from .preflight_gate import confirm, run_gate
@@ -117,7 +117,8 @@ class Daemon:
         if listen := self.config.metrics.listen:  # prometheus_client (~1 MB of RSS) only for an endpoint
             from ..ops.metrics import start_metrics  # snapshots of the store in use: never retries or sleeps
             self.metrics = start_metrics(listen, lambda: (self.board.current, self.store.current.counts()))
-        recover(self.engine, self.store, self.host, self.config.paths.state_dir, self.previous, self.context.port)
+        ids = recover(self.engine, self.store, self.host, self.config.paths.state_dir, self.previous, self.context.port)
+        diagnose_recorded(self.store, self.rules, self.context, ids)  # a crash the dead daemon recorded, never judged
         code = EXIT_GAVE_UP  # unless a stop ends it: the last state says which (stopped / gave-up)
         try:
             self.prevented_pending += run_gate(self)
@@ -132,8 +133,7 @@ class Daemon:
                     self.hooks.gave_up(outcome.incident_id)
                     return EXIT_GAVE_UP
         except Stopping:
-            code = EXIT_OK
-            return EXIT_OK
+            return (code := EXIT_OK)  # the finally below reads it
         except Exception as error:  # a bug of ddtreed's (a rule's, say): its last status says so, not a budget
             self.gave_up = f"ddtreed failed: {type(error).__name__}: {error}"[:300]
             raise

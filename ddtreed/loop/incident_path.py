@@ -86,6 +86,43 @@ class Loop(Protocol):
              sleep: Callable[[float], None] | None = None) -> None: ...
 
 
+def diagnose_recorded(store, rules: RuleSet, context: ServiceContext | None, incident_ids) -> list[int]:
+    """Diagnose the crashes a killed daemon recorded but never diagnosed, from their records.
+
+    The crash path commits a crash's row before the rules run (a crash is never lost to a rule
+    that raises), so a ddtreed killed in between leaves a row that says only "not diagnosed";
+    recovery closes it, and this gives it the reading the rules give the recorded crash, with a
+    `diagnosed` step that says it came at the next start. Only what the record keeps is judged
+    (the lines printed before the crash are not kept), and nothing is remediated: the incident
+    stays as recovery closed it. A record the rules cannot read is left as it was and logged.
+    Returns the ids diagnosed."""
+    from ..incidents.encode import crash_from_record
+
+    done: list[int] = []
+    for incident_id in incident_ids:
+        try:
+            incident = store.get(incident_id)
+            if incident["source"] != "crash" or incident["title"] is not None or incident["diagnosis"] is not None:
+                continue
+            crashes = tuple(crash_from_record(record) for record in incident["tracebacks"] or ()
+                            if isinstance(record, dict))
+            if not crashes:
+                continue
+            diagnosis = rules.diagnose(crashes, context)
+            match = diagnosis.match
+            store.set_diagnosis(incident_id, crashes, diagnosis.signature, match)
+            store.add_step(incident_id, "diagnosed", "at the next start, from the recorded crash (ddtreed stopped "
+                           f"before its rules ran): {match.category}"
+                           + (f" ({match.rule_id}): {match.diagnosis}" if match.rule_id else ": no rule matched"),
+                           {"rule_id": match.rule_id, "category": match.category, "late": True})
+            done.append(incident_id)
+            log.info("recorded_crash_diagnosed", incident_id=incident_id, category=match.category, rule=match.rule_id)
+        except Exception as error:  # a record of another shape, or rules that fail on it: it stays undiagnosed
+            log.warning("recorded_crash_not_diagnosed", incident_id=incident_id,
+                        error=f"{type(error).__name__}: {error}")
+    return done
+
+
 def handle_crash(loop: Loop, crashes: tuple[Crash, ...], exit_status: ExitStatus | None) -> Outcome:
     """Record, diagnose, remediate: the incident's outcome (the loop relaunches unless resolved).
 

@@ -31,11 +31,12 @@ def previous_record(state_dir: str) -> DaemonStatus | None:
 
 
 def recover(engine: Engine, store, host: Host, state_dir: str, previous: DaemonStatus | None = None,
-            port: int | None = None) -> None:
+            port: int | None = None) -> tuple[int, ...]:
     """Reconcile the journal, stop a leftover service, revert unverified fixes, close incidents.
 
     `previous` is the record the dead daemon left (None: none, or unreadable); the state dir in
-    the service's environment and its `port` find the service without it.
+    the service's environment and its `port` find the service without it. Returns the ids of the
+    incidents it closed or noted (the dead daemon's open ones), oldest first.
     """
     said: dict[int, list[str]] = {}  # incident id → what recovery did to its fixes, in order
     undone: set[int] = set()  # incidents of which a change to the host was undone just now
@@ -66,10 +67,13 @@ def recover(engine: Engine, store, host: Host, state_dir: str, previous: DaemonS
             undone.add(entry["incident_id"])
     for incident_id in said:
         _close(store, incident_id, said[incident_id], incident_id in undone)
+    touched = set(said)
     for incident in store.list_incidents(limit=100, status="open"):
         steps = {step["step"] for step in store.get(incident["id"])["steps"]}
         if "not-remediated" not in steps and incident["id"] not in said:  # open because ddtreed died
             _close(store, incident["id"], [], False)
+            touched.add(incident["id"])
+    return tuple(sorted(touched))
 
 
 def verified_launch(engine: Engine) -> LaunchChange | None:
