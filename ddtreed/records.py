@@ -100,6 +100,8 @@ class Frame:
         for marker in ("/site-packages/", "/dist-packages/", "/python/"):
             if marker in self.file:
                 return self.file.rsplit(marker, 1)[1]
+        if self.file.startswith((".../", "\u2026/")):  # a paste that elided the installation's prefix
+            return self.file.split("/", 1)[1]  # (`.../sglang/srt/…`): the rest is package-relative
         return self.file
 
 

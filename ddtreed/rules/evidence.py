@@ -54,7 +54,10 @@ FRAME_FAMILIES: dict[str, str] = {
                     r"|runner_backend/\w+\.py:replay\w*$",
     "memory-pool": r"mem_cache/|memory_pool|kv_cache_configurator|:alloc_memory_pool$|:init_memory_pool$"
                    r"|:profile_max_num_token$|:init_memory_pools?$",
-    "model-loader": r"model_loader/|:load_weights?$|weight_utils|:load_model$|safetensors|:from_pretrained$",
+    "model-loader": r"model_loader/|:load_weights?$|weight_utils|:load_model$|safetensors|:from_pretrained$"
+                    # the layers' own weight loaders, which copy each checkpoint tensor into its shard
+                    # (linear and vocab `weight_loader`/`weight_loader_v2`, the fused MoE's `_load_w13` …)
+                    r"|:_?weight_loader\w*$|/moe/[\w/]*layer\.py:_load_\w+$",
     "distributed": r"torch/distributed/|parallel_state\.py:|custom_all_reduce|pynccl|deep_ep|deepep|nvshmem"
                    r"|communicator|:init_distributed_environment$|:initialize_model_parallel$|c10d"
                    # SGLang's own distributed package, and the model runner's process-group set-up
@@ -66,7 +69,9 @@ FRAME_FAMILIES: dict[str, str] = {
     # transformers helpers, transformers' own from_pretrained paths).
     "model-config": r"sglang/srt/configs/|sglang/srt/(?:utils/)?hf_transformers_utils\.py:|sglang/srt/utils/hf_transformers/"
                     r"|transformers/models/auto/\w+_auto\.py:from_pretrained$|transformers/(?:configuration_utils"
-                    r"|tokenization_utils_base|processing_utils|image_processing_base)\.py:\w*(?:from_pretrained|get_config_dict|dict_from_json_file)",
+                    r"|tokenization_utils_base|processing_utils|image_processing_base)\.py:\w*(?:from_pretrained|get_config_dict|dict_from_json_file)"
+                    # transformers reading a processor's own config file (image, video, feature extractor)
+                    r"|transformers/\w+_utils?\.py:get_\w*(?:processor|extractor)_dict$|transformers/image_processing_base\.py:",
     "warm-up": r"http_server\.py:_wait_and_warmup$|:_execute_server_warmup$",
     "scheduler": r"managers/scheduler\.py:",
     "import": r"$^",  # set from the innermost frames (gather): a module-level import failed

@@ -140,13 +140,17 @@ FATAL_LINES = (
     # SGLang's coredump reporter (srt/debug_utils/cuda_coredump.py, SGLANG_CUDA_COREDUMP=1): CUDA writes a
     # GPU coredump only on a GPU exception (CUDA_ENABLE_COREDUMP_ON_EXCEPTION), then aborts the process.
     ("CUDA coredump", re.compile(r"(?P<message>CUDA coredump\(s\) detected\b.*)$")),
+    # Rust's panic message (std's default hook): `thread 'main' panicked at src/x.rs:51:21:` with the
+    # payload on the next line (Rust 1.73+), or `… panicked at 'payload', src/x.rs:51:21` before; the
+    # router/gateway and the tokenizer libraries are Rust.
+    ("Rust panic", re.compile(r"^(?P<message>thread '[^'\n]{0,80}' panicked at \S.*)$")),
 )
 FATAL_NEEDLES = ("Fatal Python error", "Current thread 0x", "the profiled value -", "double free or corruption",
                  "free(): invalid", "corrupted size vs. prev_size", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
                  "attempting to bind on address", "ddress already in use", "EADDRINUSE", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
                  "fallen off the bus", "Segmentation fault", "Segfault encountered", "*** SIG", "TCPStore", "NCCL's watchdog got stuck",
                  "Heartbeat monitor timed out", "Caught signal", "Watchdog caught collective",
-                 "watchdog thread terminated with exception", "CUDA coredump(s) detected")
+                 "watchdog thread terminated with exception", "CUDA coredump(s) detected", "' panicked at ")
 # argparse's last line: `sglang serve: error: unrecognized arguments: --x` (exit 2, no traceback).
 ARGPARSE_ERROR = re.compile(
     r"(?P<prog>[\w./ -]{1,80}?): error: (?P<message>(?:unrecognized arguments|argument -|the following "
