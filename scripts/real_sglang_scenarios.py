@@ -599,7 +599,8 @@ def scenario_killmid(result: dict) -> Ddtreed:
     result["ready_again_s"] = d.running(420, after_start=restarted)
     result["old_tree_left_alive"] = [p for p in tree if _alive(p)]
     first = [i for i in d.incidents() if i.get("id") == 1]
-    result["incident_1"] = {k: first[0].get(k) for k in ("status", "outcome", "category", "rule")} if first else None
+    result["incident_1"] = ({k: first[0].get(k) for k in ("status", "outcome", "category")}
+                            | {"rule": first[0].get("rule_id")}) if first else None
     return d
 
 
