@@ -219,12 +219,14 @@ def test_a_recorded_crash_is_diagnosed_from_its_record_and_a_record_the_rules_ca
         db.execute("UPDATE incidents SET tracebacks = ? WHERE id = ?",
                    [json.dumps([{**encode.crash_record(crashes[0]), "kind": "from-the-future"}]), odd])
     before = {i: store.get(i) for i in (diagnosed, canary, odd)}
+    recorded_before = store.get(recorded)  # what was recorded stays as recorded: only the verdict is added
 
     assert diagnose_recorded(store, rules, None, [recorded, diagnosed, canary, odd, 999]) == [recorded]
     after = store.get(recorded)
     assert (after["rule_id"], after["category"], after["diagnosis"]) == (
         live.match.rule_id, live.match.category, live.match.diagnosis)
     assert after["fingerprint"] == live.signature.fingerprint
+    assert after["tracebacks"] == recorded_before["tracebacks"] and after["ranks"] == recorded_before["ranks"]
     [step] = [s for s in after["steps"] if s["step"] == "diagnosed"]
     assert step["detail"].startswith("at the next start, from the recorded crash") and step["data"]["late"] is True
     for incident_id, was in before.items():

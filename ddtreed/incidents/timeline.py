@@ -78,12 +78,15 @@ class IncidentsMixin(StoreBase):
             self._insert_step(db, incident_id, step, detail, data, time.time() if at is None else at)
 
     def set_diagnosis(self, incident_id: int, crashes: Sequence[Crash], signature: Signature,
-                      match: RuleMatch, durable: bool = True) -> None:
+                      match: RuleMatch, durable: bool = True, keep_records: bool = False) -> None:
         """Replace the crashes and the diagnosis: the rules' verdict on a crash recorded before
         they ran, or ranks that failed a moment later, diagnosed anew. `durable=False` as for
-        `open_incident`."""
+        `open_incident`. `keep_records`: only the diagnosis (and its signature) is written, the
+        recorded crashes stay as they are (a verdict on crashes rebuilt from those records)."""
         row = _incident_row("crash", tuple(crashes), signature, match, None, None)
         del row["source"], row["context"]
+        if keep_records:
+            del row["tracebacks"], row["ranks"], row["message"]
         self._update(incident_id, durable, **row)
 
     def set_remediation(self, incident_id: int, remediation_id: str | None,

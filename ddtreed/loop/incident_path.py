@@ -110,7 +110,7 @@ def diagnose_recorded(store, rules: RuleSet, context: ServiceContext | None, inc
                 continue
             diagnosis = rules.diagnose(crashes, context)
             match = diagnosis.match
-            store.set_diagnosis(incident_id, crashes, diagnosis.signature, match)
+            store.set_diagnosis(incident_id, crashes, diagnosis.signature, match, keep_records=True)
             store.add_step(incident_id, "diagnosed", "at the next start, from the recorded crash (ddtreed stopped "
                            f"before its rules ran): {match.category}"
                            + (f" ({match.rule_id}): {match.diagnosis}" if match.rule_id else ": no rule matched"),
