@@ -104,7 +104,7 @@ def test_a_crash_the_rules_never_judged_does_not_say_no_rule_matched(tmp_path, c
     diagnosis): the incident is category `unknown` with only its `detected` step, and the next
     start's recovery closes it. `ddtreed incidents show` must not tell a person that no rule
     matched the crash: no rule was asked. When the next start's rules fail on it too, it stays
-    "not diagnosed"; when they work (session 17), it gets their reading, marked as late."""
+    "not diagnosed"; at a start whose rules work (session 17), it gets their reading, marked late."""
     from ddtreed.cli import main
     from ddtreed.testing import healthy
     from ddtreed.records import Healthy
@@ -126,8 +126,10 @@ def test_a_crash_the_rules_never_judged_does_not_say_no_rule_matched(tmp_path, c
     shown = header(tmp_path / "state")
     assert "no rule matched" not in shown and "not diagnosed" in shown, shown
     again = Loop(tmp_path, lambda argv, env, start: healthy(), stop_on=Healthy, policy={"mode": "off"})
-    assert again.run() == EXIT_OK  # a start with working rules: closed incidents stay closed ...
-    assert again.daemon.store.get(incident["id"])["category"] == "unknown"  # ... and as they were
+    assert again.run() == EXIT_OK  # a start with working rules: the recorded crash gets their reading, late
+    judged = again.daemon.store.get(incident["id"])
+    assert judged["status"] == incident["status"] and judged["category"] == "cuda-graph-shape-mismatch"
+    assert [step["step"] for step in judged["steps"]][-1] == "diagnosed"
 
 
 def test_a_daemon_ended_by_the_rules_error_does_not_say_its_restart_budget_was_spent(tmp_path):

@@ -54,7 +54,7 @@ def test_a_daemon_killed_before_the_diagnosis_leaves_a_closed_incident_diagnosed
         again = store.get(new["id"])
     assert old["id"] == killed["id"] and old["status"] != "open"
     assert [step["step"] for step in story["steps"]] == ["detected", "reconciled", "diagnosed"]
-    assert story["steps"][-1]["detail"].startswith("at the next start, from the recorded crash"), story["steps"]
+    assert story["steps"][-1]["detail"].startswith("at a later start, from the recorded crash"), story["steps"]
     assert story["category"] == "cuda-graph-shape-mismatch" and story["applications"] == []
     # the crash again: its own incident (the killed one was closed), diagnosed this time
     assert again["fingerprint"] == killed["fingerprint"] and again["category"] == "cuda-graph-shape-mismatch"

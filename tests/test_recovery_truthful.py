@@ -228,7 +228,7 @@ def test_a_recorded_crash_is_diagnosed_from_its_record_and_a_record_the_rules_ca
     assert after["fingerprint"] == live.signature.fingerprint
     assert after["tracebacks"] == recorded_before["tracebacks"] and after["ranks"] == recorded_before["ranks"]
     [step] = [s for s in after["steps"] if s["step"] == "diagnosed"]
-    assert step["detail"].startswith("at the next start, from the recorded crash") and step["data"]["late"] is True
+    assert step["detail"].startswith("at a later start, from the recorded crash") and step["data"]["late"] is True
     for incident_id, was in before.items():
         now = store.get(incident_id)
         assert (now["rule_id"], now["category"]) == (was["rule_id"], was["category"])

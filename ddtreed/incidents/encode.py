@@ -12,7 +12,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
-from ..records import Crash, Frame
+from ..records import Crash, Frame, ServiceContext
 from ..ops.redact import redact, redact_text
 from .reads import loads  # noqa: F401 - JSON columns back: the readers' one function
 
@@ -102,31 +102,72 @@ def crash_record(crash: Crash) -> dict[str, Any]:
     }
 
 
-def crash_from_record(record: Mapping[str, Any]) -> Crash:
+MAX_REBUILT_CHARS = 65536  # a rebuilt message or line: what any rule needs, not a hostile row's megabytes
+MAX_REBUILT_CHAIN = 8  # causes kept under a rebuilt crash (a live chain is a few deep)
+
+
+def crash_from_record(record: Mapping[str, Any], depth: int = 0) -> Crash:
     """A stored crash back (the inverse of `crash_record`, less what it does not keep: the lines
     printed before the crash, an excerpt's middle, frames beyond MAX_FRAMES), so a crash recorded
     by a daemon that died before its diagnosis can be diagnosed by the next one. A field the
-    record lacks, or holds in another shape, is left empty rather than guessed."""
+    record lacks, or holds in another shape, is left empty rather than guessed; a record larger
+    than any this version writes (a hostile or corrupted row) is cut to what it would have kept:
+    MAX_FRAMES frames, the excerpt's head and tail, MAX_REBUILT_CHAIN causes, MAX_REBUILT_CHARS
+    characters of text."""
     def string(key: str) -> str | None:
         value = record.get(key)
-        return value if isinstance(value, str) else None
+        return value[:MAX_REBUILT_CHARS] if isinstance(value, str) else None
 
+    listed = record.get("frames")
     frames = []
-    for frame in record.get("frames") or ():
+    for frame in (listed[-MAX_FRAMES:] if isinstance(listed, list) else ()):
         if isinstance(frame, Mapping) and isinstance(frame.get("file"), str):
             line = frame.get("line")
-            frames.append(Frame(file=frame["file"], line=line if isinstance(line, int) else None,
-                                function=frame.get("function") if isinstance(frame.get("function"), str) else ""))
+            function = frame.get("function")
+            frames.append(Frame(file=frame["file"][:MAX_REBUILT_CHARS], line=line if isinstance(line, int) else None,
+                                function=function[:MAX_REBUILT_CHARS] if isinstance(function, str) else ""))
+    chained = record.get("chained") if depth < MAX_REBUILT_CHAIN else None
+    excerpt = record.get("excerpt")
+    excerpt = trim_lines(excerpt) if isinstance(excerpt, list) else []
     exit_code = record.get("exit_code")
     return Crash(
         kind=string("kind") or "traceback", exception=string("exception"), message=string("message") or "",
         frames=tuple(frames), rank=string("rank"), prefix=string("prefix"), wrapper=string("wrapper"),
         inner_exception=string("inner_exception"), inner_message=string("inner_message"),
-        chained=tuple(crash_from_record(cause) for cause in record.get("chained") or () if isinstance(cause, Mapping)),
+        chained=tuple(crash_from_record(cause, depth + 1) for cause in
+                      (chained[:MAX_REBUILT_CHAIN] if isinstance(chained, list) else ()) if isinstance(cause, Mapping)),
         exit_code=exit_code if isinstance(exit_code, int) else None, source=string("source") or "",
         first_line=record.get("first_line") if isinstance(record.get("first_line"), int) else 0,
         last_line=record.get("last_line") if isinstance(record.get("last_line"), int) else 0,
-        excerpt=tuple(line for line in record.get("excerpt") or () if isinstance(line, str)))
+        excerpt=tuple(line[:MAX_REBUILT_CHARS] for line in excerpt if isinstance(line, str)))
+
+
+def context_from_record(record: Any) -> ServiceContext | None:
+    """The launch context an incident was recorded with (its `context` column) back, None when the
+    column holds none or not one this version can read. Fields this version does not know are
+    dropped; a field of the wrong type makes the whole record unreadable (None): a verdict under a
+    half-read context would be worse than one under none."""
+    if not isinstance(record, Mapping) or not record:
+        return None
+    known = {field.name: field for field in dataclasses.fields(ServiceContext)}
+    values: dict[str, Any] = {}
+    for name, value in record.items():
+        if name not in known:
+            continue
+        if name == "argv":
+            if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+                return None
+            value = tuple(value)
+        elif name in ("ddtree_options", "flags"):
+            if not isinstance(value, Mapping):
+                return None
+        elif value is not None and not isinstance(value, (str, int, float, bool)):
+            return None
+        values[name] = value
+    try:
+        return ServiceContext(**values)
+    except (TypeError, ValueError):
+        return None
 
 
 def trim_lines(lines: Iterable[str]) -> list[str]:

@@ -87,11 +87,22 @@ def get_incident(connection: sqlite3.Connection, incident_id: int) -> dict[str, 
                                             "ORDER BY applied_at", [incident_id]))
     frozen = connection.execute("SELECT 1 FROM frozen_signatures WHERE fingerprint = ?",
                                 [row["fingerprint"]]).fetchone() is not None
+    unreadable = []  # a corrupted or hostile column (torn write, hand edit): read as empty, named, kept on disk
     for column, empty in _JSON_COLUMNS.items():
-        row[column] = loads(row[column], empty)
+        try:
+            row[column] = loads(row[column], empty)
+        except (ValueError, RecursionError):
+            row[column] = empty
+            unreadable.append(column)
     for step in steps:
-        step["data"] = loads(step["data"])
+        try:
+            step["data"] = loads(step["data"])
+        except (ValueError, RecursionError):
+            step["data"] = None
+            unreadable.append(f"steps.{step['step']}.data")
         step["since_detection_s"] = round(step["at"] - row["started_at"], 6)
+    if unreadable:
+        row["unreadable"] = unreadable
     recurred = [s for s in steps if s["step"] == "recurred"]
     said = [s["data"]["evidence"] for s in steps
             if isinstance(s["data"], dict) and s["data"].get("evidence")]

@@ -81,12 +81,14 @@ class IncidentsMixin(StoreBase):
                       match: RuleMatch, durable: bool = True, keep_records: bool = False) -> None:
         """Replace the crashes and the diagnosis: the rules' verdict on a crash recorded before
         they ran, or ranks that failed a moment later, diagnosed anew. `durable=False` as for
-        `open_incident`. `keep_records`: only the diagnosis (and its signature) is written, the
-        recorded crashes stay as they are (a verdict on crashes rebuilt from those records)."""
+        `open_incident`. `keep_records`: only the verdict is written; the recorded crashes and the
+        signature they were recorded under stay (a verdict on crashes rebuilt from those records,
+        whose redacted text would hash to a fingerprint no live crash has)."""
         row = _incident_row("crash", tuple(crashes), signature, match, None, None)
         del row["source"], row["context"]
         if keep_records:
-            del row["tracebacks"], row["ranks"], row["message"]
+            for column in ("tracebacks", "ranks", "message", "fingerprint", "normalized_message", "exception"):
+                del row[column]
         self._update(incident_id, durable, **row)
 
     def set_remediation(self, incident_id: int, remediation_id: str | None,

@@ -108,6 +108,9 @@ def table_rows(incidents: Iterable[Mapping[str, Any]]) -> list[list[str]]:
 def render_incident(incident: Mapping[str, Any], colour: bool = False) -> str:
     """The whole story of one incident as plain text (what `ddtreed incidents show` prints)."""
     lines = _header(incident, colour)
+    if incident.get("unreadable"):  # a column the database holds but this version cannot decode
+        lines += field("unreadable", ", ".join(incident["unreadable"]) + " (corrupted in the database: shown empty, "
+                       "left as stored)")
     lines += _evidence(incident.get("evidence"))
     lines += _diagnosis(incident)
     lines += _tracebacks(incident.get("tracebacks") or [])

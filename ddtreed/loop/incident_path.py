@@ -9,6 +9,7 @@ holds, and when none does the signature is frozen and a person is told.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any, Callable, Protocol
 
@@ -16,7 +17,7 @@ import structlog
 
 from ..clock import Clock
 from ..config import Config
-from .lifecycle import Lifecycle
+from .lifecycle import Lifecycle, Stopping
 from ..incidents.stderr_tail import describe_exit, evidence
 from ..ops.logsetup import incident_context
 from ..records import Application, Crash, ExitStatus, Outcome, RuleMatch, ServiceContext, Signature, Verdict
@@ -86,38 +87,63 @@ class Loop(Protocol):
              sleep: Callable[[float], None] | None = None) -> None: ...
 
 
-def diagnose_recorded(store, rules: RuleSet, context: ServiceContext | None, incident_ids) -> list[int]:
-    """Diagnose the crashes a killed daemon recorded but never diagnosed, from their records.
+LATE_SCAN = 50  # the newest incidents a start looks through for a recorded crash never judged
+LATE_BUDGET_S = 10.0  # the late verdicts a start gives before it launches the service, at most
+
+
+def diagnose_recorded(store, rules: RuleSet, context: ServiceContext | None, incident_ids=(),
+                      clock: Callable[[], float] = time.monotonic) -> list[int]:
+    """Diagnose the crashes an earlier daemon recorded but never judged, from their records.
 
     The crash path commits a crash's row before the rules run (a crash is never lost to a rule
-    that raises), so a ddtreed killed in between leaves a row that says only "not diagnosed";
-    recovery closes it, and this gives it the reading the rules give the recorded crash, with a
-    `diagnosed` step that says it came at the next start. Only what the record keeps is judged
-    (the lines printed before the crash are not kept), and nothing is remediated: the incident
-    stays as recovery closed it. A record the rules cannot read is left as it was and logged.
-    Returns the ids diagnosed."""
-    from ..incidents.encode import crash_from_record
+    that raises), so a ddtreed killed in between, or one whose rules failed, leaves a row that says
+    only "not diagnosed"; recovery closes it. This gives each such incident (`incident_ids`, and
+    any among the newest LATE_SCAN, so a start killed before it got here is made up for by the
+    next; it runs before this daemon opens any) the reading the rules give the recorded crash,
+    under the launch context it was recorded with, with a `diagnosed` step that says it came
+    late. Only what the record keeps is judged (not the lines printed before the crash, at most
+    MAX_STORED_CRASHES crashes); the recorded crashes and their signature stay as recorded;
+    nothing is remediated. It runs before the service is launched, so it stops when LATE_BUDGET_S
+    is spent (the rest waits for a later start); a record the rules cannot read is left as it was
+    and logged; a stop is not caught. Returns the ids diagnosed."""
+    from ..incidents.encode import MAX_STORED_CRASHES, context_from_record, crash_from_record
 
+    try:
+        recent = [row["id"] for row in store.list_incidents(limit=LATE_SCAN)
+                  if row["source"] == "crash" and row["title"] is None]
+    except Exception as error:  # noqa: BLE001 - an unreadable store: the ids recovery named are still tried
+        log.warning("late_diagnosis_scan_failed", error=f"{type(error).__name__}: {error}")
+        recent = []
+    started = clock()
     done: list[int] = []
-    for incident_id in incident_ids:
+    for incident_id in sorted(set(incident_ids) | set(recent)):
+        if clock() - started > LATE_BUDGET_S:
+            log.warning("late_diagnosis_budget_spent", budget_s=LATE_BUDGET_S, diagnosed=len(done),
+                        hint="the remaining recorded crashes are judged at a later start")
+            break
         try:
             incident = store.get(incident_id)
-            if incident["source"] != "crash" or incident["title"] is not None or incident["diagnosis"] is not None:
+            if (incident["source"] != "crash" or incident["title"] is not None
+                    or incident["diagnosis"] is not None or "tracebacks" in incident.get("unreadable", ())):
                 continue
-            crashes = tuple(crash_from_record(record) for record in incident["tracebacks"] or ()
+            records = incident["tracebacks"] if isinstance(incident["tracebacks"], list) else []
+            crashes = tuple(crash_from_record(record) for record in records[:MAX_STORED_CRASHES]
                             if isinstance(record, dict))
             if not crashes:
                 continue
-            diagnosis = rules.diagnose(crashes, context)
+            diagnosis = rules.diagnose(crashes, context_from_record(incident["context"]) or context)
             match = diagnosis.match
             store.set_diagnosis(incident_id, crashes, diagnosis.signature, match, keep_records=True)
-            store.add_step(incident_id, "diagnosed", "at the next start, from the recorded crash (ddtreed stopped "
-                           f"before its rules ran): {match.category}"
+            store.add_step(incident_id, "diagnosed", "at a later start, from the recorded crash (its first diagnosis "
+                           f"did not complete): {match.category}"
                            + (f" ({match.rule_id}): {match.diagnosis}" if match.rule_id else ": no rule matched"),
                            {"rule_id": match.rule_id, "category": match.category, "late": True})
             done.append(incident_id)
-            log.info("recorded_crash_diagnosed", incident_id=incident_id, category=match.category, rule=match.rule_id)
-        except Exception as error:  # a record of another shape, or rules that fail on it: it stays undiagnosed
+            log.info("recorded_crash_diagnosed", incident_id=incident_id, category=match.category,
+                     rule=match.rule_id, crashes=len(crashes))
+        except Stopping:  # the operator's stop, met while a write waited: the daemon stops, as anywhere
+            raise
+        except Exception as error:  # noqa: BLE001 - a record of another shape, or rules that fail on it
             log.warning("recorded_crash_not_diagnosed", incident_id=incident_id,
                         error=f"{type(error).__name__}: {error}")
     return done
