@@ -84,6 +84,10 @@ def test_every_rule_has_a_case(rules):
     # or a bare AssertionError): a report's own words or a one-line paste, which diagnose's paste path
     # reads (tests/test_diagnose_phrasings_source_families_8.py).
     covered |= {"python-list-index-out-of-range", "triton-kernel-tile-leaves-no-stage"}
+    # DeepEP's device-side assertion alone (a report's one line): in a live log the CUDA error its trap
+    # causes follows it, which expert-parallel-library-device-check-before-cuda-error reads (its case);
+    # the line alone is the paste path's (tests/test_diagnose_phrasings_source_families_12.py).
+    covered.add("expert-parallel-library-device-check-refused")
     # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
     from ddtreed.cli.diagnose_cmd import diagnose_lines
 

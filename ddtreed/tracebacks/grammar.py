@@ -144,13 +144,20 @@ FATAL_LINES = (
     # payload on the next line (Rust 1.73+), or `… panicked at 'payload', src/x.rs:51:21` before; the
     # router/gateway and the tokenizer libraries are Rust.
     ("Rust panic", re.compile(r"^(?P<message>thread '[^'\n]{0,80}' panicked at \S.*)$")),
+    # CPython's fatal-error dump (Python/pylifecycle.c fatal_error, faulthandler's signal handler, 3.10+):
+    # after the stacks, the C extensions loaded, printed only when the interpreter dies this way.
+    ("fatal signal", re.compile(r"(?P<message>Extension modules: [\w.]+(?:, [\w.]+)*.*)$")),
+    # MLIR's diagnostic for an operation of a kernel being compiled (Triton's passes print it to stderr
+    # before the compiler's exception): `loc("…/decode_attention.py":310:16): error: …`.
+    ("MLIR error", re.compile(r"(?P<message>loc\(\"[^\"\n]{1,400}\":\d+:\d+\)(?: [^:\n]{0,80})?: error: .+)$")),
 )
 FATAL_NEEDLES = ("Fatal Python error", "Current thread 0x", "the profiled value -", "double free or corruption",
                  "free(): invalid", "corrupted size vs. prev_size", "Memory access fault by GPU", "HSA_STATUS_ERROR", "[Errno 98]",
                  "attempting to bind on address", "ddress already in use", "EADDRINUSE", "SWA Pool Mem Leak", "Xid", "uncorrectable ECC",
                  "fallen off the bus", "Segmentation fault", "Segfault encountered", "*** SIG", "TCPStore", "NCCL's watchdog got stuck",
                  "Heartbeat monitor timed out", "Caught signal", "Watchdog caught collective",
-                 "watchdog thread terminated with exception", "CUDA coredump(s) detected", "' panicked at ")
+                 "watchdog thread terminated with exception", "CUDA coredump(s) detected", "' panicked at ",
+                 "Extension modules: ", "): error: ")
 # argparse's last line: `sglang serve: error: unrecognized arguments: --x` (exit 2, no traceback).
 ARGPARSE_ERROR = re.compile(
     r"(?P<prog>[\w./ -]{1,80}?): error: (?P<message>(?:unrecognized arguments|argument -|the following "
