@@ -128,3 +128,26 @@ def test_the_late_verdict_keeps_the_fingerprint_the_crash_was_recorded_under(tmp
         # crash met again (live: the same fingerprint) finds this incident in its history
         assert shown["fingerprint"] == recorded_under.fingerprint, (shown["fingerprint"], recorded_under.fingerprint)
         assert [row["id"] for row in store.find_recent(recorded_under.fingerprint)] == [incident]
+
+
+def test_a_stop_met_during_start_up_recovery_ends_the_daemon_as_stopped_without_a_launch(tmp_path, monkeypatch):
+    """The daemon's side of the first test: the `Stopping` the late diagnosis lets through (or that
+    recovery's own writes meet) is a stop like any other: `run()` returns 0, the last status says
+    `stopped`, and no service is launched. Before, recovery ran outside the loop's `try`, so the stop
+    left `run()` as an exception with no final status."""
+    from test_loop_middle import Loop
+
+    from ddtreed.loop import daemon as daemon_module
+    from ddtreed.loop.daemon import EXIT_OK
+    from ddtreed.ops.status import read_status
+    from ddtreed.testing import healthy
+
+    def stopped_while_writing(*args, **kwargs):
+        raise Stopping()
+
+    monkeypatch.setattr(daemon_module, "diagnose_recorded", stopped_while_writing)
+    loop = Loop(tmp_path, lambda argv, env, start: healthy(), policy={"mode": "off"})
+    assert loop.run() == EXIT_OK
+    assert loop.host.launches == []
+    status = read_status(str(tmp_path / "state"))
+    assert status is not None and status.state == "stopped", status

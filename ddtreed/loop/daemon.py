@@ -117,10 +117,10 @@ class Daemon:
         if listen := self.config.metrics.listen:  # prometheus_client (~1 MB of RSS) only for an endpoint
             from ..ops.metrics import start_metrics  # snapshots of the store in use: never retries or sleeps
             self.metrics = start_metrics(listen, lambda: (self.board.current, self.store.current.counts()))
-        ids = recover(self.engine, self.store, self.host, self.config.paths.state_dir, self.previous, self.context.port)
-        diagnose_recorded(self.store, self.rules, self.context, ids)  # a crash the dead daemon recorded, never judged
         code = EXIT_GAVE_UP  # unless a stop ends it: the last state says which (stopped / gave-up)
-        try:
+        try:  # recovery too: a stop met while it writes is a stop, an error in it says so in the status
+            ids = recover(self.engine, self.store, self.host, self.board.state_dir, self.previous, self.context.port)
+            diagnose_recorded(self.store, self.rules, self.context, ids)  # a crash recorded, never judged
             self.prevented_pending += run_gate(self)
             if not self._relaunch():
                 return EXIT_GAVE_UP
