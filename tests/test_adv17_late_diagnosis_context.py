@@ -16,7 +16,6 @@ tells the operator something untrue about what crashed under the old config.
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from pathlib import Path
 
@@ -24,12 +23,11 @@ sys.path.insert(0, str(Path(__file__).parent / "programs"))
 sys.path.insert(0, str(Path(__file__).parent))
 
 import fast_service  # noqa: E402
-from fault_harness import DaemonProcess, kill_service_sessions, wait_for  # noqa: E402
+from fault_harness import DaemonProcess, kill_service_sessions, killed_at_commit, wait_for  # noqa: E402
 
 from ddtreed.cli import main  # noqa: E402
 from ddtreed.demo import free_port  # noqa: E402
 from ddtreed.incidents import Store, database_path  # noqa: E402
-from ddtreed.service.killpoint import VARIABLE as KILL_AT  # noqa: E402
 
 LINGER = Path(__file__).resolve().parent / "programs" / "crash_and_linger.py"
 
@@ -48,13 +46,9 @@ def test_the_late_verdict_judges_the_crash_under_the_context_it_ran_with(tmp_pat
     directory.mkdir()
     port = free_port()
     state = directory / "state"
-    first = DaemonProcess(_config(directory, port, budget=32), directory / "first.jsonl",
-                          env={KILL_AT: "incident:committed"})
+    first = killed_at_commit(_config(directory, port, budget=32), directory / "first.jsonl")
     second = None
     try:
-        wait_for(lambda: first.process.poll() is not None, 60, what="the daemon to reach its kill point")
-        assert first.process.returncode == -signal.SIGKILL
-        first.kill()
         with Store(database_path(state), create=False) as store:
             [killed] = store.list_incidents()
             recorded = store.get(killed["id"])

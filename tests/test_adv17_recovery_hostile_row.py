@@ -19,12 +19,10 @@ sys.path.insert(0, str(Path(__file__).parent / "programs"))
 sys.path.insert(0, str(Path(__file__).parent))
 
 import fast_service  # noqa: E402
-from fault_harness import DaemonProcess, kill_service_sessions, wait_for  # noqa: E402
+from fault_harness import DaemonProcess, kill_service_sessions, seed_open_crash_row, wait_for  # noqa: E402
 
 from ddtreed.demo import free_port  # noqa: E402
 from ddtreed.incidents import Store, database_path  # noqa: E402
-from ddtreed.records import Crash  # noqa: E402
-from ddtreed.signature import signature_of  # noqa: E402
 
 
 @pytest.mark.parametrize("column, value", [
@@ -37,12 +35,7 @@ def test_a_bad_json_column_of_an_open_incident_does_not_stop_the_daemon_from_sta
     directory.mkdir()
     config = fast_service.write_config(directory, port=free_port(), policy={"mode": "off"})
     state = directory / "state"
-    state.mkdir(parents=True, exist_ok=True)
-    crash = Crash(kind="traceback", exception="RuntimeError", message="e0")
-    with Store(database_path(state)) as store:  # a killed daemon's open row, its JSON corrupted
-        incident = store.open_incident("crash", (crash,), signature_of(crash), None, None, service="sglang")
-        with store.atomic() as db:
-            db.execute(f"UPDATE incidents SET {column} = ? WHERE id = ?", [value, incident])
+    incident = seed_open_crash_row(state, column, value)  # a killed daemon's open row, its JSON corrupted
     daemon = DaemonProcess(config, directory / "daemon.jsonl")
     try:
         wait_for(lambda: daemon.has("service.started") or daemon.process.poll() is not None, 60,

@@ -11,19 +11,17 @@ same crash met again by the new daemon as its own, diagnosed incident.
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "programs"))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fault_harness import DaemonProcess, kill_service_sessions, wait_for  # noqa: E402
+from fault_harness import DaemonProcess, kill_service_sessions, killed_at_commit, wait_for  # noqa: E402
 from test_incidents_durability import _config  # noqa: E402
 
 from ddtreed.cli import main  # noqa: E402
 from ddtreed.incidents import Store, database_path  # noqa: E402
-from ddtreed.service.killpoint import VARIABLE as KILL_AT  # noqa: E402
 
 
 def test_a_daemon_killed_before_the_diagnosis_leaves_a_closed_incident_diagnosed_from_its_record(tmp_path, capsys):
@@ -31,12 +29,9 @@ def test_a_daemon_killed_before_the_diagnosis_leaves_a_closed_incident_diagnosed
     directory.mkdir()
     config = _config(directory)
     state = directory / "state"
-    first = DaemonProcess(config, directory / "first.jsonl", env={KILL_AT: "incident:committed"})
+    first = killed_at_commit(config, directory / "first.jsonl")
     second = None
     try:
-        wait_for(lambda: first.process.poll() is not None, 60, what="the daemon to reach its kill point")
-        assert first.process.returncode == -signal.SIGKILL
-        first.kill()
         with Store(database_path(state), create=False) as store:
             [killed] = store.list_incidents()
             assert killed["category"] == "unknown" and killed["rule_id"] is None  # the row, not yet judged

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent / "programs"))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fault_harness import DaemonProcess, kill_service_sessions, wait_for  # noqa: E402
+from fault_harness import DaemonProcess, kill_service_sessions, killed_at_commit, wait_for  # noqa: E402
 from test_incidents_durability import _config  # noqa: E402
 
 from ddtreed.cli import main  # noqa: E402
@@ -33,7 +33,6 @@ from ddtreed.paths import shipped  # noqa: E402
 from ddtreed.records import ServiceContext  # noqa: E402
 from ddtreed.remediation import Engine, load_remediations  # noqa: E402
 from ddtreed.service.host import LocalHost  # noqa: E402
-from ddtreed.service.killpoint import VARIABLE as KILL_AT  # noqa: E402
 
 
 def _json(capsys, *argv: str, codes: tuple[int, ...] = (0,)):
@@ -47,12 +46,9 @@ def test_a_daemon_killed_before_any_fix_leaves_an_interrupted_incident_not_a_rev
     directory.mkdir()
     config = _config(directory)
     state = directory / "state"
-    first = DaemonProcess(config, directory / "first.jsonl", env={KILL_AT: "incident:committed"})
+    first = killed_at_commit(config, directory / "first.jsonl")
     second = None
     try:
-        wait_for(lambda: first.process.poll() is not None, 60, what="the daemon to reach its kill point")
-        assert first.process.returncode == -signal.SIGKILL
-        first.kill()
         with Store(database_path(state), create=False) as store:
             [killed] = store.list_incidents()
             assert killed["status"] == "open" and store.get(killed["id"])["applications"] == []

@@ -94,3 +94,31 @@ def count(events_file: Path, what: str) -> int:
     if not events_file.exists():
         return 0
     return sum(1 for line in events_file.read_text().splitlines() if line.startswith(what + " "))
+
+
+def killed_at_commit(config: Path, log_path: Path) -> DaemonProcess:
+    """A real `ddtreed run` that SIGKILLs itself the moment a crash's row is committed, before its
+    rules run (DDTREED_KILL_AT=incident:committed): returned once it is dead, its service alive."""
+    daemon = DaemonProcess(config, log_path, env={"DDTREED_KILL_AT": "incident:committed"})
+    wait_for(lambda: daemon.process.poll() is not None, 60, what="the daemon to reach its kill point")
+    assert daemon.process.returncode == -signal.SIGKILL
+    daemon.kill()
+    return daemon
+
+
+def seed_open_crash_row(state: Path, column: str | None = None, value: str | None = None) -> int:
+    """What a killed daemon leaves in `state`'s incident database: one open crash row, not yet
+    judged; with `column`, that column's stored JSON replaced by `value` as it is (a record of another
+    version, a corrupted or hostile row). Returns the incident's id."""
+    from ddtreed.incidents import Store, database_path
+    from ddtreed.records import Crash
+    from ddtreed.signature import signature_of
+
+    state.mkdir(parents=True, exist_ok=True)
+    crash = Crash(kind="traceback", exception="RuntimeError", message="e0")
+    with Store(database_path(state)) as store:
+        incident = store.open_incident("crash", (crash,), signature_of(crash), None, None, service="sglang")
+        if column is not None:
+            with store.atomic() as db:
+                db.execute(f"UPDATE incidents SET {column} = ? WHERE id = ?", [value, incident])
+    return incident
