@@ -35,7 +35,7 @@ CORPUS = Path(__file__).resolve().parent.parent / "tests" / "corpus"
 CORPUS_FILES = ("sglang-crashes.jsonl", "public-a.jsonl", "public-b.jsonl", "public-c.jsonl", "public-d.jsonl",
                 "public-e.jsonl", "public-f.jsonl", "public-g.jsonl", "public-h.jsonl", "public-i.jsonl",
                 "public-j.jsonl", "public-k.jsonl", "public-l.jsonl", "public-m.jsonl", "public-n.jsonl",
-                "public-o.jsonl", "public-p.jsonl", "public-q.jsonl")
+                "public-o.jsonl", "public-p.jsonl", "public-q.jsonl", "public-r.jsonl")
 
 
 def load_entries(corpus: Path = CORPUS) -> list[dict]:

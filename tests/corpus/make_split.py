@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 NEW_FILES = ("public-a.jsonl", "public-b.jsonl", "public-c.jsonl", "public-d.jsonl", "public-e.jsonl",
              "public-f.jsonl", "public-g.jsonl", "public-h.jsonl", "public-i.jsonl", "public-j.jsonl",
              "public-k.jsonl", "public-l.jsonl", "public-m.jsonl", "public-n.jsonl", "public-o.jsonl",
-             "public-p.jsonl", "public-q.jsonl")
+             "public-p.jsonl", "public-q.jsonl", "public-r.jsonl")
 SEED = 20261201
 TEST_SHARE = 0.3
 
