@@ -88,6 +88,9 @@ def test_every_rule_has_a_case(rules):
     # causes follows it, which expert-parallel-library-device-check-before-cuda-error reads (its case);
     # the line alone is the paste path's (tests/test_diagnose_phrasings_source_families_12.py).
     covered.add("expert-parallel-library-device-check-refused")
+    # SGLang's grammar abort is a logger line of a service that keeps serving (no crash in a live log, by
+    # design): a report's paste is where it is read (tests/test_diagnose_phrasings_source_families_13.py).
+    covered.add("grammar-refused-a-generated-token")
     # Real SGLang 0.5.16 logs: tests/test_diagnose_real_sglang.py (with the context they print).
     from ddtreed.cli.diagnose_cmd import diagnose_lines
 

@@ -104,7 +104,9 @@ MESSAGE_FAMILIES: dict[str, str] = {
         r"|broadcast shape|Sizes of tensors must match|[Ss]ize mismatch|holds \d+ rows but caller needs \d+"
         r"|buffer (?:is )?too small|Tensor match failed|Expected (?:tensor|input|all tensors) .{0,80}(?:size|shape)"
         r"|must have the same shape|does not match the (?:shape|size)|incompatible shapes?|shape \[[^\]]*\] .{0,20}"
-        r"(?:does not match|!=)|mismatch(?:ed)? (?:in )?(?:shape|size|dimension)"),
+        r"(?:does not match|!=)|mismatch(?:ed)? (?:in )?(?:shape|size|dimension)"
+        # FlashInfer's wrappers: `q.shape[0] (8126) does not match qo_indptr[-1] (8125)`
+        r"|\.shape\[-?\d+\] \(\d+\) (?:does not match|!=)"),
     "oom": (r"(?i:out of memory)|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
             r"|hipErrorOutOfMemory|Tried to allocate \d|(?i:insufficient (?:gpu )?memory)|CUDA_ERROR_OUT_OF_MEMORY"
             r"|[Ff]ailed to allocate (?:device |GPU |CUDA )?memory|cudaMalloc(?:Async)? (?:failed|error)|AlignedAllocator"

@@ -16,9 +16,10 @@ from ..records import Crash, Frame
 from . import grammar
 
 # `torch.OutOfMemoryError: CUDA out of memory …` anywhere in a line (inside backticks, after prose);
-# also the exceptions whose names say neither Error nor Exception (dynamo's `Unsupported`).
+# also the exceptions whose names say neither Error nor Exception (dynamo's `Unsupported`). Only an
+# ASCII word character before the name joins it: CJK prose runs straight into it (`出现Exception: …`).
 _MENTION = re.compile(
-    r"(?<![\w.])(?P<type>(?:[A-Za-z_]\w*\.){0,4}(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning)|Exception)"
+    r"(?<![A-Za-z0-9_.])(?P<type>(?:[A-Za-z_]\w*\.){0,4}(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning)|Exception)"
     r"|c10::\w+|AssertionError|(?:[A-Za-z_]\w*\.){1,4}Unsupported|(?:[A-Za-z_]\w*\.){0,4}(?:BackendCompilerFailed|OutOfResources))(?:\((?P<args>[^()\n]{0,200})\))?(?::[ \t]*(?P<message>[^\n`]{0,1500}))?")
 _TAGGED = re.compile(r"\s*\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 MAX_CANDIDATES = 8
