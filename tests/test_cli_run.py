@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -76,9 +77,15 @@ class RunningDaemon:
         os.kill(self.process.pid, signum)
 
     def kill(self) -> None:
+        """SIGKILL the daemon, and the service tree it started in a session of its own (a killed
+        ddtreed leaves it serving, by design): a module cut short must not leave it running."""
+        status = read_status(self.state_dir)
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
+        if status and status.service_pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(status.service_pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
